@@ -1,0 +1,41 @@
+# kafka2pc: `make demo` and `make test` do all set-up on a fresh machine (Python 3.11+, Java 17+, Maven needed).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Apache Kafka broker jars are resolved from Maven Central into this git-ignored folder.
+export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
+PYTEST_ARGS ?=
+
+.PHONY: setup jars lint test demo chaos clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
+	@command -v java >/dev/null || { echo "java not found: install Java 17+ (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+jars: setup
+	$(PY) -m kafka2pc.testing.jars
+
+lint: setup
+	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/mypy
+
+# The default suite: unit tests and integration tests against real brokers; long runs are marked slow.
+test: jars lint
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: jars
+	$(PY) examples/demo.py
+
+# Long chaos runs, by their own target (not part of `make test`).
+chaos: jars
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""What a Kafka cluster supports for two-phase commit, found by asking it (never by guessing from a version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
+from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
+
+from kafka2pc.cluster_client import ClusterClient, error_name
+
+#: InitProducerId carries Enable2Pc and KeepPreparedTxn from this version on (KIP-939).
+INIT_PRODUCER_ID_2PC_VERSION = 6
+#: ListTransactions filters by transactional-id pattern from this version on (KIP-1152).
+LIST_TRANSACTIONS_PATTERN_VERSION = 2
+#: ListTransactions filters by duration from this version on (KIP-994).
+LIST_TRANSACTIONS_DURATION_VERSION = 1
+
+DEFAULT_PROBE_TRANSACTIONAL_ID = "kafka2pc-doctor-probe"
+
+
+@attrs.frozen
+class BrokerCapabilities:
+    """The facts about a cluster that decide how kafka2pc runs two-phase commit on it."""
+
+    bootstrap_servers: str
+    init_producer_id_max_version: int
+    end_txn_max_version: int
+    list_transactions_max_version: int
+    describe_transactions_max_version: int
+    enable_2pc: bool
+    enable_2pc_detail: str
+    keep_prepared_txn: bool
+    keep_prepared_txn_detail: str
+    transaction_version: int
+    transaction_max_timeout_ms: int | None
+    two_phase_commit_broker_config: str | None
+
+    @property
+    def list_transactions_pattern_filter(self) -> bool:
+        """Whether ListTransactions can filter by transactional-id pattern on the broker."""
+        return self.list_transactions_max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field plus the derived ones."""
+        data = attrs.asdict(self)
+        data["list_transactions_pattern_filter"] = self.list_transactions_pattern_filter
+        return data
+
+
+def probe_capabilities(
+    client: ClusterClient, *, probe_transactional_id: str = DEFAULT_PROBE_TRANSACTIONAL_ID
+) -> BrokerCapabilities:
+    """Ask the cluster what it supports.
+
+    Sends InitProducerId with Enable2Pc (and then with KeepPreparedTxn) for ``probe_transactional_id``, which
+    must not be used by any application: the probe bumps its producer epoch, and the broker keeps its metadata
+    for ``transactional.id.expiration.ms``.
+    """
+    init_max = client.broker_max_version(InitProducerIdRequest)
+    configs = client.broker_configs(["transaction.max.timeout.ms", "transaction.two.phase.commit.enable"])
+    max_timeout = configs["transaction.max.timeout.ms"]
+
+    if init_max < INIT_PRODUCER_ID_2PC_VERSION:
+        missing = (f"broker advertises InitProducerId up to v{init_max}; Enable2Pc needs "
+                   f"v{INIT_PRODUCER_ID_2PC_VERSION} (Apache Kafka >= 4.1 with "
+                   "transaction.two.phase.commit.enable=true and unstable.api.versions.enable=true)")
+        enable_2pc, enable_detail = False, missing
+        keep, keep_detail = False, missing
+    else:
+        enable_2pc, enable_detail = _try_init(client, probe_transactional_id, enable_2pc=True, keep_prepared=False)
+        keep, keep_detail = _try_init(client, probe_transactional_id, enable_2pc=enable_2pc, keep_prepared=True)
+
+    return BrokerCapabilities(
+        bootstrap_servers=client.bootstrap_servers,
+        init_producer_id_max_version=init_max,
+        end_txn_max_version=client.broker_max_version(EndTxnRequest),
+        list_transactions_max_version=client.broker_max_version(ListTransactionsRequest),
+        describe_transactions_max_version=client.broker_max_version(DescribeTransactionsRequest),
+        enable_2pc=enable_2pc,
+        enable_2pc_detail=enable_detail,
+        keep_prepared_txn=keep,
+        keep_prepared_txn_detail=keep_detail,
+        transaction_version=client.finalized_feature_level("transaction.version"),
+        transaction_max_timeout_ms=int(max_timeout) if max_timeout is not None else None,
+        two_phase_commit_broker_config=configs["transaction.two.phase.commit.enable"],
+    )
+
+
+_HINTS = {
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "the principal lacks WRITE or TWO_PHASE_COMMIT on the transactional id",
+    "UNSUPPORTED_VERSION": "the coordinator does not implement this request",
+    "INVALID_TXN_STATE": "the broker refused; transaction.two.phase.commit.enable may be off",
+}
+
+
+def _try_init(
+    client: ClusterClient, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool
+) -> tuple[bool, str]:
+    response = client.send_to_transaction_coordinator(
+        transactional_id,
+        lambda: InitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=60_000,
+            producer_id=-1,
+            producer_epoch=-1,
+            enable2_pc=enable_2pc,
+            keep_prepared_txn=keep_prepared,
+            min_version=INIT_PRODUCER_ID_2PC_VERSION,
+        ),
+    )
+    if response.error_code == 0:
+        return True, f"accepted (producer id {response.producer_id}, epoch {response.producer_epoch})"
+    name = error_name(response.error_code)
+    hint = _HINTS.get(name)
+    return False, f"refused: {name}" + (f" ({hint})" if hint else "")

@@ -1,0 +1,179 @@
+"""The wire edge of kafka2pc: send kafka-python protocol messages to the right broker and wait for the answer.
+
+Everything that touches kafka-python's networking internals lives here, so the rest of kafka2pc sees only
+protocol request/response objects and kafka2pc's own errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from kafka2pc.config import ClientConfig
+from kafka2pc.errors import BrokerUnavailableError, KafkaProtocolError, UnsupportedByBrokerError
+
+log = logging.getLogger(__name__)
+
+_TRANSACTION_COORDINATOR = 1  # FindCoordinator key_type
+
+#: Error codes after which a request to a transaction coordinator is sent again, to a freshly looked-up coordinator.
+COORDINATOR_RETRIABLE = frozenset({
+    kafka_errors.CoordinatorLoadInProgressError.errno,
+    kafka_errors.CoordinatorNotAvailableError.errno,
+    kafka_errors.NotCoordinatorError.errno,
+    kafka_errors.ConcurrentTransactionsError.errno,
+})
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, e.g. ``UNSUPPORTED_VERSION``."""
+    return str(getattr(kafka_errors.for_code(code), "message", f"ERROR_{code}"))
+
+
+class ClusterClient:
+    """A connection pool to one Kafka cluster, running kafka-python's IO loop on a background thread.
+
+    Blocking methods: each sends a protocol message and returns the broker's response object.
+    """
+
+    def __init__(self, config: ClientConfig, *, bootstrap_timeout_s: float = 30.0, client_id: str | None = None):
+        kwargs = config.kafka_python_kwargs()
+        kwargs.setdefault("client_id", client_id or f"kafka2pc-{uuid.uuid4().hex[:8]}")
+        kwargs["bootstrap_timeout_ms"] = int(bootstrap_timeout_s * 1000)
+        try:
+            self._admin = KafkaAdminClient(**kwargs)
+        except kafka_errors.KafkaTimeoutError as exc:
+            raise BrokerUnavailableError(
+                f"no broker answered at {config.bootstrap_servers} within {bootstrap_timeout_s:g} s"
+            ) from exc
+        except kafka_errors.KafkaError as exc:
+            raise BrokerUnavailableError(f"could not connect to {config.bootstrap_servers}: {exc}") from exc
+        self._manager = self._admin._manager
+        self._coordinators: dict[str, int] = {}
+        self.bootstrap_servers = config.bootstrap_servers
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection and stop the IO thread."""
+        self._admin.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- versions and features ---------------------------------------------------------------------------------
+
+    def broker_api_range(self, request_class: Any) -> tuple[int, int] | None:
+        """The (min, max) version the bootstrap broker advertises for an API, or None if it has none."""
+        versions = self._manager.broker_version_data.api_versions or {}
+        found = versions.get(request_class.API_KEY)
+        return (int(found[0]), int(found[1])) if found is not None else None
+
+    def broker_max_version(self, request_class: Any) -> int:
+        """The highest version the broker advertises for an API; -1 when it lacks the API."""
+        found = self.broker_api_range(request_class)
+        return found[1] if found is not None else -1
+
+    def finalized_feature_level(self, feature: str) -> int:
+        """The finalized cluster-wide level of a feature (e.g. ``transaction.version``); 0 when not finalized."""
+        features = self._admin.describe_features()
+        finalized = features.get(feature, {}).get("finalized")
+        return int(finalized[1]) if finalized else 0
+
+    def broker_configs(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Values of the named configs on one broker of the cluster (None where the broker does not know one)."""
+        wanted = list(names)
+        broker_id = str(self.broker_ids()[0])
+        result = self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, broker_id, wanted)], config_filter="all"
+        )
+        entries: dict[str, dict[str, Any]] = result.get("broker", {}).get(broker_id, {})
+        return {name: (entries[name]["value"] if name in entries else None) for name in wanted}
+
+    def broker_ids(self) -> list[int]:
+        """Ids of the brokers in the cluster metadata, sorted."""
+        return sorted(int(b.node_id) for b in self._manager.cluster.brokers())
+
+    # -- requests ----------------------------------------------------------------------------------------------
+
+    def send(self, request: Any, node_id: int | None = None) -> Any:
+        """Send one request (to ``node_id``, else the least loaded broker) and return its response."""
+
+        async def call() -> Any:
+            return await self._manager.send(request, node_id=node_id)
+
+        try:
+            return self._manager.run(call)
+        except kafka_errors.IncompatibleBrokerVersion as exc:
+            raise UnsupportedByBrokerError(str(exc)) from exc
+
+    def transaction_coordinator(self, transactional_id: str, *, refresh: bool = False) -> int:
+        """The node id of the transaction coordinator for ``transactional_id``."""
+        if not refresh and transactional_id in self._coordinators:
+            return self._coordinators[transactional_id]
+        if self.broker_max_version(FindCoordinatorRequest) >= 4:
+            response = self.send(FindCoordinatorRequest(
+                key_type=_TRANSACTION_COORDINATOR, coordinator_keys=[transactional_id], min_version=4))
+            answer = response.coordinators[0]
+        else:
+            answer = self.send(FindCoordinatorRequest(
+                key=transactional_id, key_type=_TRANSACTION_COORDINATOR, max_version=3))
+        if answer.error_code != 0:
+            raise KafkaProtocolError("FindCoordinator", error_name(answer.error_code), answer.error_code,
+                                     f"transactional id {transactional_id!r}")
+        self._coordinators[transactional_id] = int(answer.node_id)
+        return int(answer.node_id)
+
+    def send_to_transaction_coordinator(
+        self,
+        transactional_id: str,
+        make_request: Callable[[], Any],
+        *,
+        timeout_s: float = 60.0,
+        error_code_of: Callable[[Any], int] = lambda response: int(response.error_code),
+    ) -> Any:
+        """Send a request to the coordinator of ``transactional_id``, following it when it moves or loads.
+
+        Coordinator-level retriable errors (:data:`COORDINATOR_RETRIABLE`, lost connections) are retried with
+        backoff until ``timeout_s``; any other response, error or not, is returned for the caller to interpret.
+        ``make_request`` builds a fresh request for each attempt.
+        """
+        deadline = time.monotonic() + timeout_s
+        backoff = 0.05
+        refresh = False
+        while True:
+            problem: str
+            try:
+                node = self.transaction_coordinator(transactional_id, refresh=refresh)
+                response = self.send(make_request(), node_id=node)
+            except KafkaProtocolError as exc:  # FindCoordinator said "not available yet"
+                if exc.error_code not in COORDINATOR_RETRIABLE:
+                    raise
+                problem = exc.error_name
+            except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError,
+                    kafka_errors.KafkaTimeoutError, kafka_errors.RequestTimedOutError,
+                    kafka_errors.UnknownBrokerIdError) as exc:
+                problem = type(exc).__name__
+            else:
+                code = error_code_of(response)
+                if code not in COORDINATOR_RETRIABLE:
+                    return response
+                problem = error_name(code)
+            if time.monotonic() + backoff > deadline:
+                raise BrokerUnavailableError(
+                    f"transaction coordinator for {transactional_id!r} did not answer usefully within "
+                    f"{timeout_s:g} s (last: {problem})")
+            log.debug("coordinator for %r: %s; retrying in %.2f s", transactional_id, problem, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            refresh = True

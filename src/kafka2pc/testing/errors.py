@@ -1,0 +1,13 @@
+"""Errors of the test harness."""
+
+from __future__ import annotations
+
+from kafka2pc.errors import Kafka2pcError
+
+
+class HarnessSetupError(Kafka2pcError):
+    """A broker could not be provided: a missing tool, a failed download, a node that did not start."""
+
+
+class NodeControlUnsupported(Kafka2pcError):
+    """The selected Kafka (an existing cluster, a container) cannot stop, kill or restart single nodes."""

@@ -1,0 +1,242 @@
+"""Apache Kafka in KRaft mode, run from its Maven Central jars with the machine's ``java`` on loopback ports."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from importlib import resources
+from pathlib import Path
+from typing import IO
+
+from kafka2pc.testing.cluster import KafkaService
+from kafka2pc.testing.errors import HarnessSetupError
+from kafka2pc.testing.jars import classpath, require_tool
+from kafka2pc.testing.settings import BrokerSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_JVM_OPTS = ("-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback TCP ports that were free a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _die_with_parent() -> None:
+    # Linux: the JVM gets SIGKILL when the Python process that started it dies, so no broker outlives a test run.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class LocalNode:
+    """One combined broker+controller JVM process."""
+
+    def __init__(self, node_id: int, port: int, controller_port: int, home: Path):
+        self.node_id = node_id
+        self.port = port
+        self.controller_port = controller_port
+        self.home = home
+        self.data_dir = home / "data"
+        self.logs_dir = home / "logs"
+        self.properties_file = home / "server.properties"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the JVM process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's pid while it runs."""
+        return self.process.pid if self.running and self.process else None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the node's server log and stdout, for error messages."""
+        parts = []
+        for path in (self.logs_dir / "server.log", self.home / "stdout.log"):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {path} ---\n" + "\n".join(text))
+        return "\n".join(parts)
+
+
+class LocalKafkaCluster(KafkaService):
+    """A KRaft cluster of ``nodes`` combined broker+controller JVMs on free loopback ports.
+
+    >>> with LocalKafkaCluster(BrokerSettings(), nodes=1) as kafka:   # doctest: +SKIP
+    ...     print(kafka.bootstrap_servers)
+    """
+
+    backend = "local"
+
+    def __init__(self, settings: BrokerSettings | None = None, *, nodes: int = 1, workdir: Path | None = None,
+                 jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS):
+        if nodes < 1:
+            raise ValueError("nodes must be >= 1")
+        self.settings = settings or BrokerSettings()
+        self.node_ids = tuple(range(1, nodes + 1))
+        self._java = require_tool("java", "to run Apache Kafka brokers (Java 17+)")
+        self._classpath = classpath(self.settings.version)
+        self._jvm_opts = jvm_opts
+        base = Path(os.environ.get("KAFKA2PC_WORKDIR", tempfile.gettempdir()))
+        base.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"kafka2pc-{self.settings.version}-{nodes}n-",
+                                                        dir=base))
+        ports = free_ports(2 * nodes)
+        self.nodes = {
+            node_id: LocalNode(node_id, ports[2 * i], ports[2 * i + 1], self.workdir / f"node-{node_id}")
+            for i, node_id in enumerate(self.node_ids)
+        }
+        self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._log4j = resources.files(__package__).joinpath("log4j2.properties")
+        self._closed = False
+
+    # -- KafkaService --------------------------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes.values())
+
+    @property
+    def logs_location(self) -> str:
+        return str(self.workdir) + "/node-*/logs/server.log"
+
+    @property
+    def supports_node_control(self) -> bool:
+        return True
+
+    def start(self, timeout_s: float = 120.0) -> LocalKafkaCluster:
+        """Format storage, start every node and wait until all brokers are registered."""
+        for node in self.nodes.values():
+            self._write_properties(node)
+            self._format(node)
+        for node in self.nodes.values():
+            self._spawn(node)
+        try:
+            self.wait_ready(timeout_s)
+        except HarnessSetupError:
+            self.close(keep_logs=True)
+            raise
+        log.info("Kafka %s with %d node(s) ready at %s (logs: %s)", self.settings.version, len(self.nodes),
+                 self.bootstrap_servers, self.logs_location)
+        return self
+
+    def stop_node(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.process is not None and node.running:
+            node.process.send_signal(signal.SIGTERM)
+            try:
+                node.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                log.warning("node %d did not stop within 60 s of SIGTERM; killing it", node_id)
+                node.process.kill()
+                node.process.wait(timeout=30)
+        self._release(node)
+
+    def kill_node(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.process is not None and node.running:
+            node.process.kill()
+            node.process.wait(timeout=30)
+        self._release(node)
+
+    def start_node(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.running:
+            raise HarnessSetupError(f"node {node_id} is already running (pid {node.pid})")
+        self._spawn(node)
+
+    def close(self, *, keep_logs: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for node_id in self.node_ids:  # no graceful stop: the data is thrown away, and a shrinking quorum stalls it
+            self.kill_node(node_id)
+        if keep_logs:
+            log.warning("kept Kafka broker logs in %s", self.logs_location)
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> LocalKafkaCluster:
+        return self.start()
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.close(keep_logs=exc_type is not None)
+
+    def _not_ready_detail(self) -> str:
+        dead = [n for n in self.nodes.values() if n.process is not None and not n.running]
+        tails = "\n".join(n.log_tail() for n in dead)
+        return f"broker logs: {self.logs_location}" + (f"\n{tails}" if tails else "")
+
+    # -- internals ------------------------------------------------------------------------------------------------
+
+    def _write_properties(self, node: LocalNode) -> None:
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        node.logs_dir.mkdir(parents=True, exist_ok=True)
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.data_dir),
+            **self.settings.server_properties(len(self.nodes)),
+        }
+        node.properties_file.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+
+    def _java_command(self, node: LocalNode, main_class: str, *args: str) -> list[str]:
+        return [
+            self._java, *self._jvm_opts, "-cp", self._classpath,
+            f"-Dlog4j2.configurationFile={self._log4j}", f"-Dkafka.logs.dir={node.logs_dir}",
+            main_class, *args,
+        ]
+
+    def _format(self, node: LocalNode) -> None:
+        cmd = self._java_command(node, "kafka.tools.StorageTool", "format", "-t", self._cluster_id,
+                                 "-c", str(node.properties_file))
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+        if proc.returncode != 0:
+            raise HarnessSetupError(f"formatting KRaft storage of node {node.node_id} failed:\n"
+                                    f"{proc.stdout}\n{proc.stderr}")
+
+    def _spawn(self, node: LocalNode) -> None:
+        node._stdout = (node.home / "stdout.log").open("ab")
+        node.process = subprocess.Popen(
+            self._java_command(node, "kafka.Kafka", str(node.properties_file)),
+            stdout=node._stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
+        )
+        log.info("started Kafka node %d (pid %d) on 127.0.0.1:%d", node.node_id, node.process.pid, node.port)
+
+    @staticmethod
+    def _release(node: LocalNode) -> None:
+        if node._stdout is not None:
+            node._stdout.close()
+            node._stdout = None

@@ -1,0 +1,110 @@
+"""What a read_committed consumer sees: the ground truth every kafka2pc test asserts on.
+
+Uses confluent-kafka (librdkafka), an independent client, so a bug in kafka2pc's own wire code cannot hide itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+
+import attrs
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+
+@attrs.frozen
+class ConsumedRecord:
+    """One record as a consumer saw it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def create_topic(bootstrap: str, name: str | None = None, *, partitions: int = 1,
+                 replication_factor: int | None = None, config: dict[str, str] | None = None,
+                 timeout_s: float = 30.0) -> str:
+    """Create a topic (a fresh unique name when ``name`` is None) and return its name."""
+    topic = name or f"t-{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, num_partitions=partitions,
+                   replication_factor=replication_factor if replication_factor is not None else -1,
+                   config=config or {})
+    admin.create_topics([new], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # metadata propagates to every broker asynchronously
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions and all(
+                p.leader >= 0 for p in meta.partitions.values()):
+            return topic
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {topic} has no leaders after {timeout_s:g} s")
+
+
+def _consumer(bootstrap: str, isolation: str) -> Consumer:
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"kafka2pc-verify-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+    })
+
+
+def _partitions(consumer: Consumer, topic: str) -> list[int]:
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    if meta.error is not None:
+        raise KafkaException(meta.error)
+    return sorted(meta.partitions)
+
+
+def end_offsets(bootstrap: str, topic: str, *, isolation: str = "read_committed") -> dict[int, int]:
+    """Per partition, the offset a consumer of that isolation level reads up to.
+
+    For ``read_committed`` this is the last stable offset (LSO): an open transaction holds it back.
+    """
+    consumer = _consumer(bootstrap, isolation)
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in _partitions(consumer, topic)}
+    finally:
+        consumer.close()
+
+
+def read_records(bootstrap: str, topic: str, *, isolation: str = "read_committed",
+                 timeout_s: float = 30.0) -> list[ConsumedRecord]:
+    """Every record of ``topic`` a consumer of ``isolation`` sees, reading from the start up to the end offsets
+    taken when the call begins. Raises TimeoutError if those offsets are not reached in ``timeout_s``."""
+    consumer = _consumer(bootstrap, isolation)
+    try:
+        partitions = _partitions(consumer, topic)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in partitions}
+        pending = {p for p in partitions if ends[p] > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        records: list[ConsumedRecord] = []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: did not reach end offsets {ends} in {timeout_s:g} s")
+            for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+                error = msg.error()
+                if error is not None:
+                    raise KafkaException(error)
+                records.append(ConsumedRecord(topic, msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()))
+            for p in list(pending):
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                if position >= ends[p]:
+                    pending.discard(p)
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def values(records: Iterable[ConsumedRecord]) -> list[bytes | None]:
+    """The values of ``records`` in order."""
+    return [r.value for r in records]

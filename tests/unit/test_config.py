@@ -1,0 +1,60 @@
+import pytest
+
+from kafka2pc import ClientConfig, ConfigError
+
+
+def test_valid_config_maps_to_kafka_python_names():
+    config = ClientConfig.from_dict({
+        "bootstrap.servers": "a:9092,b:9093",
+        "client.id": "me",
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "request.timeout.ms": "5000",
+    })
+    assert config.kafka_python_kwargs() == {
+        "bootstrap_servers": ["a:9092", "b:9093"],
+        "client_id": "me",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+        "request_timeout_ms": 5000,
+    }
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "fragment"),
+    [
+        ({}, "bootstrap.servers", "is required"),
+        ({"bootstrap.servers": ""}, "bootstrap.servers", "non-empty"),
+        ({"bootstrap.servers": "nohost"}, "bootstrap.servers", "not host:port"),
+        ({"bootstrap.servers": "h:99999"}, "bootstrap.servers", "not host:port"),
+        ({"bootstrap.servers": "h:1", "linger.msx": 5}, "linger.msx", "unknown configuration key"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": -1}, "request.timeout.ms", "positive integer"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": True}, "request.timeout.ms", "positive integer"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": "x"}, "request.timeout.ms", "positive integer"),
+        ({"bootstrap.servers": "h:1", "security.protocol": "TLS"}, "security.protocol", "expected one of"),
+        ({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL"}, "sasl.mechanism", "is required"),
+        ({"bootstrap.servers": "h:1", "sasl.mechanism": "PLAIN"}, "sasl.mechanism", "not SASL"),
+        ({"bootstrap.servers": "h:1", "ssl.endpoint.identification.algorithm": "x"},
+         "ssl.endpoint.identification.algorithm", "https"),
+    ],
+)
+def test_bad_config_names_the_key(config, key, fragment):
+    with pytest.raises(ConfigError) as info:
+        ClientConfig.from_dict(config)
+    assert info.value.key == key
+    assert repr(key) in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_keys_consumed_elsewhere_are_left_alone():
+    config = ClientConfig.from_dict({"bootstrap.servers": "h:1", "linger.ms": 5}, consumed_elsewhere={"linger.ms"})
+    assert config.options == {}
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError, match=r"bootstrap\.servers"):
+        ClientConfig.from_dict({})
