@@ -1,1 +1,1 @@
-pytest_plugins = ["kafka2pc.testing.pytest_plugin"]
+pytest_plugins = ["kafka2pc.testing.pytest_plugin", "pytester"]
