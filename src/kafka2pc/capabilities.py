@@ -70,6 +70,9 @@ def probe_capabilities(
         keep, keep_detail = False, missing
     else:
         enable_2pc, enable_detail = _try_init(client, probe_transactional_id, enable_2pc=True, keep_prepared=False)
+        if not enable_2pc and configs["transaction.two.phase.commit.enable"] == "false":
+            # The broker answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED both for a missing ACL and for 2PC disabled.
+            enable_detail += "; the broker has transaction.two.phase.commit.enable=false"
         keep, keep_detail = _try_init(client, probe_transactional_id, enable_2pc=enable_2pc, keep_prepared=True)
 
     return BrokerCapabilities(

@@ -49,7 +49,8 @@ def test_newest_release_with_2pc_config_off_refuses(kafka_factory):
     report = doctor_json(service.bootstrap_servers)
     assert report["init_producer_id_max_version"] == 6
     assert report["enable_2pc"] is False
-    assert report["enable_2pc_detail"].startswith("refused: ")
+    assert report["enable_2pc_detail"].startswith("refused: TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    assert "transaction.two.phase.commit.enable=false" in report["enable_2pc_detail"]
     assert report["keep_prepared_txn"] is False
     assert report["transaction_max_timeout_ms"] == 10_000
     assert report["two_phase_commit_broker_config"] == "false"
