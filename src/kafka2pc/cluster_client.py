@@ -14,7 +14,7 @@ from typing import Any
 
 import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
-from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import BrokerUnavailableError, KafkaProtocolError, UnsupportedByBrokerError
@@ -103,6 +103,19 @@ class ClusterClient:
     def broker_ids(self) -> list[int]:
         """Ids of the brokers in the cluster metadata, sorted."""
         return sorted(int(b.node_id) for b in self._manager.cluster.brokers())
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader node id for ``topic``, from a fresh Metadata request (raises if the topic is unknown)."""
+        response = self.send(MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False))
+        self._manager.cluster.update_metadata(response)  # so the connection manager knows every node id
+        for entry in response.topics:
+            if entry.name != topic:
+                continue
+            if entry.error_code != 0:
+                raise KafkaProtocolError("Metadata", error_name(entry.error_code), entry.error_code, f"topic {topic!r}")
+            return {p.partition_index: p.leader_id for p in entry.partitions}
+        raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", 3, f"topic {topic!r}")
 
     # -- requests ----------------------------------------------------------------------------------------------
 
