@@ -5,22 +5,36 @@ from __future__ import annotations
 from kafka2pc.capabilities import BrokerCapabilities, probe_capabilities
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
+    AuthorizationError,
     BrokerUnavailableError,
     ConfigError,
+    InvalidPreparedStateError,
     Kafka2pcError,
     KafkaProtocolError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionLostError,
+    TransactionStateError,
     UnsupportedByBrokerError,
 )
+from kafka2pc.prepared_state import PreparedTxnState
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AuthorizationError",
     "BrokerCapabilities",
     "BrokerUnavailableError",
     "ClientConfig",
     "ConfigError",
+    "InvalidPreparedStateError",
     "Kafka2pcError",
     "KafkaProtocolError",
+    "PreparedTxnState",
+    "ProducerFencedError",
+    "TransactionAbortableError",
+    "TransactionLostError",
+    "TransactionStateError",
     "UnsupportedByBrokerError",
     "__version__",
     "probe_capabilities",

@@ -32,3 +32,42 @@ class KafkaProtocolError(Kafka2pcError):
 
 class UnsupportedByBrokerError(Kafka2pcError):
     """The broker does not support a protocol version or feature that the operation needs."""
+
+
+class InvalidPreparedStateError(Kafka2pcError, ValueError):
+    """A prepared-transaction state string is not ``"<producerId>:<epoch>"`` (or the empty string)."""
+
+
+class TransactionStateError(Kafka2pcError):
+    """The operation is not allowed in the producer's current transaction state (e.g. produce after prepare)."""
+
+    def __init__(self, operation: str, state: str, hint: str = "") -> None:
+        message = f"{operation}() is not allowed in state {state}"
+        super().__init__(f"{message}: {hint}" if hint else message)
+        self.operation = operation
+        self.state = state
+
+
+class ProducerFencedError(Kafka2pcError):
+    """Another producer with the same transactional id has started (or the broker bumped the epoch): this producer
+    can no longer write or end transactions and must be closed."""
+
+
+class TransactionAbortableError(Kafka2pcError):
+    """The current transaction cannot commit (a record could not be written); abort it, then continue."""
+
+
+class TransactionLostError(Kafka2pcError):
+    """A commit was decided for a transaction the broker has already aborted (for example by timeout in fallback
+    mode). Its records are not visible and never will be."""
+
+    def __init__(self, transactional_id: str, producer_id: int, epoch: int, detail: str) -> None:
+        super().__init__(f"transaction {producer_id}:{epoch} of transactional id {transactional_id!r} "
+                         f"cannot commit: {detail}")
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.epoch = epoch
+
+
+class AuthorizationError(Kafka2pcError):
+    """The principal lacks an ACL the operation needs; the message names it."""
