@@ -18,6 +18,7 @@ from kafka2pc.errors import (
     UnsupportedByBrokerError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.producer import TransactionOutcome, TwoPhaseProducer
 
 __version__ = "0.1.0.dev0"
 
@@ -34,7 +35,9 @@ __all__ = [
     "ProducerFencedError",
     "TransactionAbortableError",
     "TransactionLostError",
+    "TransactionOutcome",
     "TransactionStateError",
+    "TwoPhaseProducer",
     "UnsupportedByBrokerError",
     "__version__",
     "probe_capabilities",

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -129,6 +130,29 @@ class ClusterClient:
             return self._manager.run(call)
         except kafka_errors.IncompatibleBrokerVersion as exc:
             raise UnsupportedByBrokerError(str(exc)) from exc
+
+    def send_concurrently(self, requests: list[tuple[Any, int]]) -> Future[list[Any]]:
+        """Send ``(request, node_id)`` pairs at once; the future gives each response, or the exception it failed
+        with, in order. It does not block: the IO thread does the work."""
+        result: Future[list[Any]] = Future()
+
+        async def call() -> None:
+            pending = [self._manager.send(request, node_id=node) for request, node in requests]
+            answers: list[Any] = []
+            for future in pending:
+                try:
+                    answers.append(await future)
+                except Exception as exc:  # handed to the caller, which classifies it
+                    answers.append(exc)
+            result.set_result(answers)
+
+        def failed(exc: BaseException) -> None:
+            if not result.done():
+                result.set_exception(exc)
+
+        scheduled = self._manager.call_soon(call)
+        scheduled.add_errback(failed)
+        return result
 
     def transaction_coordinator(self, transactional_id: str, *, refresh: bool = False) -> int:
         """The node id of the transaction coordinator for ``transactional_id``."""

@@ -125,12 +125,16 @@ class TransactionStateMachine:
         return (self.state, event) in TRANSITIONS
 
     def check(self, event: Event) -> None:
-        """Raise unless ``event`` is legal now; the error in FATAL/ABORTABLE states is the one that caused them."""
+        """Raise unless ``event`` is legal now. In FATAL_ERROR the error that made the producer unusable (say,
+        :class:`~kafka2pc.errors.ProducerFencedError`) is raised again; otherwise a TransactionStateError, chained to
+        the write failure in ABORTABLE_ERROR."""
         if (self.state, event) in TRANSITIONS:
             return
+        if self.state is State.FATAL_ERROR and self.error is not None:
+            raise self.error
         operation = _OPERATION.get(event, event.value)
         error = TransactionStateError(operation, self.state.value, _HINTS.get(self.state, ""))
-        if self.error is not None and self.state in (State.FATAL_ERROR, State.ABORTABLE_ERROR):
+        if self.error is not None and self.state is State.ABORTABLE_ERROR:
             raise error from self.error
         raise error
 

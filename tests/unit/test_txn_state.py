@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from kafka2pc.errors import TransactionStateError
+from kafka2pc.errors import ProducerFencedError, TransactionStateError
 from kafka2pc.txn_state import TRANSITIONS, Event, State, TransactionStateMachine
 
 ALL_PAIRS = list(itertools.product(State, Event))
@@ -76,13 +76,15 @@ def test_recovery_path_reinitializes_before_new_transactions():
         machine.check(Event.BEGIN)
 
 
-def test_fatal_error_is_chained_to_later_calls():
+def test_fatal_error_is_raised_again_by_later_calls():
     machine = machine_in(State.IN_TRANSACTION)
-    cause = RuntimeError("fenced")
+    cause = ProducerFencedError("fenced")
     machine.fire(Event.FATAL, cause)
-    with pytest.raises(TransactionStateError) as info:
-        machine.check(Event.SEND)
-    assert info.value.__cause__ is cause
+    for event in (Event.SEND, Event.COMMIT, Event.BEGIN, Event.PREPARE):
+        with pytest.raises(ProducerFencedError) as info:
+            machine.check(event)
+        assert info.value is cause
+    assert machine.fire(Event.CLOSE) is State.CLOSED
 
 
 def test_abortable_error_allows_only_abort():
