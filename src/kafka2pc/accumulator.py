@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import attrs
 
@@ -67,8 +67,9 @@ class RecordAccumulator:
         self.buffered_records += 1
 
     def append_values(self, tp: TopicPartition, values: Sequence[bytes], keys: Sequence[bytes | None] | None,
-                      timestamp: int) -> None:
-        """Add many records with one timestamp and no headers, encoded in bulk (the fast path)."""
+                      timestamp: int, on_batch: Callable[[], None] | None = None) -> None:
+        """Add many records with one timestamp and no headers, encoded in bulk (the fast path). ``on_batch`` is
+        called after each batch is closed, so a sender can ship it while the next one is encoded."""
         if tp in self._open:
             self._close(tp)
         start = 0
@@ -86,6 +87,8 @@ class RecordAccumulator:
             self.buffered_bytes += len(records)
             self.buffered_records += end - start
             start = end
+            if on_batch is not None:
+                on_batch()
 
     def _close(self, tp: TopicPartition) -> None:
         current = self._open.pop(tp)

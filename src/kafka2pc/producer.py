@@ -355,7 +355,7 @@ class TwoPhaseProducer:
         now = _now_ms()
         if partition is not None or keys is None:
             chosen = self._choose_partition(topic, partition, None, sum(map(len, values)))
-            self._accumulator.append_values((topic, chosen), values, keys, now)
+            self._accumulator.append_values((topic, chosen), values, keys, now, self._ship_full_batches)
         else:
             count = len(self._partitions(topic))
             groups: dict[int, tuple[list[bytes], list[bytes | None]]] = {}
@@ -365,7 +365,8 @@ class TwoPhaseProducer:
                 group[0].append(value)
                 group[1].append(key)
             for target, (group_values, group_keys) in groups.items():
-                self._accumulator.append_values((topic, target), group_values, group_keys, now)
+                self._accumulator.append_values((topic, target), group_values, group_keys, now,
+                                                self._ship_full_batches)
         self._after_append()
 
     def flush(self) -> None:
@@ -556,6 +557,11 @@ class TwoPhaseProducer:
         lingered = now - self._unsent_since >= self._config.linger_ms / 1000
         if self._accumulator.full_batches() or lingered:
             self._pump(include_open=lingered)
+
+    def _ship_full_batches(self) -> None:
+        if self._unsent_since is None:
+            self._unsent_since = time.monotonic()
+        self._pump(include_open=False)
 
     def _pump(self, *, include_open: bool) -> None:
         """Start a send round if none is in flight; wait for the one in flight when too much is buffered."""
