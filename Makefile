@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars lint test demo chaos clean
+.PHONY: setup jars lint test demo bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -23,7 +23,7 @@ jars: setup
 	$(PY) -m kafka2pc.testing.jars
 
 lint: setup
-	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
 
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow.
@@ -32,6 +32,10 @@ test: jars lint
 
 demo: jars
 	$(PY) examples/demo.py
+
+# Throughput of kafka2pc's producer against confluent-kafka and kafka-python on one local broker.
+bench: jars
+	$(PY) benchmarks/producer.py
 
 # Long chaos runs, by their own target (not part of `make test`).
 chaos: jars

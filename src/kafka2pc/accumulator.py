@@ -40,7 +40,8 @@ class _OpenBatch:
 
 
 class RecordAccumulator:
-    """Collects records into batches of at most ``batch_size`` bytes (a single larger record gets a batch alone)."""
+    """Collects records into batches whose records take at most ``batch_size`` bytes (a single larger record gets a
+    batch alone; the broker's ``message.max.bytes`` then decides)."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
@@ -53,12 +54,13 @@ class RecordAccumulator:
                timestamp: int) -> None:
         """Add one record."""
         current = self._open.get(tp)
-        if current is not None and current.size >= self.batch_size:
-            self._close(tp)
-            current = None
         if current is None:
             current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
         record = encode_record(current.count, timestamp - current.base_timestamp, key, value, headers)
+        if current.count and current.size + len(record) > self.batch_size:
+            self._close(tp)
+            current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
+            record = encode_record(0, 0, key, value, headers)
         current.parts.append(record)
         current.count += 1
         current.size += len(record)
@@ -76,9 +78,11 @@ class RecordAccumulator:
         total = len(values)
         while start < total:
             end, size = start, 0
-            while end < total and (end == start or size < self.batch_size):
+            while end < total:
                 key = keys[end] if keys is not None else None
                 size += len(values[end]) + (len(key) if key else 0) + _RECORD_OVERHEAD
+                if size > self.batch_size and end > start:
+                    break
                 end += 1
             chunk_keys = keys[start:end] if keys is not None else None
             records = encode_values(values[start:end], chunk_keys)

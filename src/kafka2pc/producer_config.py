@@ -54,7 +54,8 @@ class ProducerConfig:
     transactional_id: str
     two_phase_commit: bool
     linger_ms: int = 5
-    batch_size: int = 1_048_576
+    #: below the broker's default message.max.bytes (1 048 588) with room for the 61-byte batch header
+    batch_size: int = 1_000_000
     compression: int = 0
     compression_name: str = "none"
     #: None: in fallback mode, use the broker's transaction.max.timeout.ms.
@@ -86,7 +87,7 @@ class ProducerConfig:
                                   f"is {configured} but two_phase_commit={two_phase_commit} was passed")
         name = str(config.get("compression.type", "none")).lower()
         timeout = config.get("transaction.timeout.ms")
-        batch_size = _int("batch.size", config.get("batch.size", 1_048_576), minimum=1)
+        batch_size = _int("batch.size", config.get("batch.size", 1_000_000), minimum=1)
         if batch_size > 64 * 1024 * 1024:
             raise ConfigError("batch.size", "must be at most 64 MiB")
         return cls(

@@ -210,3 +210,19 @@ def test_standard_mode_never_uses_2pc(kafka, topic_factory):
     with producer(kafka.bootstrap_servers, new_txn_id(), two_phase_commit=False) as p:
         p.init_transactions()
         assert p.two_phase_commit_active is False
+
+
+def test_large_transaction_spans_many_batches(broker, topic_factory):
+    topic = topic_factory(broker, partitions=2)
+    singles = [f"{i:08d}".encode() * 12 for i in range(12_000)]  # ~1.2 MB one record at a time
+    bulk = [f"{i:08d}".encode() * 25 for i in range(12_000)]     # ~2.5 MB in one call
+    with producer(broker.bootstrap_servers, new_txn_id(), **{"batch.size": 200_000}) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for value in singles:
+            p.produce(topic, value=value, partition=0)
+        p.produce_batch(topic, bulk, partition=1)
+        p.commit_transaction()
+    records = read_records(broker.bootstrap_servers, topic, timeout_s=60)
+    assert [r.value for r in records if r.partition == 0] == singles
+    assert [r.value for r in records if r.partition == 1] == bulk
