@@ -1,5 +1,5 @@
-"""The kafka2pc demo: start a local Apache Kafka, run a committed and an aborted transaction, read back what a
-read_committed consumer sees, and print what `kafka2pc doctor` says of the broker.
+"""The kafka2pc demo: start a local Apache Kafka, prepare and complete a two-phase transaction, abort another,
+read back what a read_committed consumer sees, and print what `kafka2pc doctor` says of the broker.
 
 Run with `make demo` (which sets up everything first), or `python examples/demo.py [--bootstrap HOST:PORT]`.
 """
@@ -10,8 +10,7 @@ import argparse
 import logging
 import sys
 
-from confluent_kafka import Producer
-
+from kafka2pc import TwoPhaseProducer
 from kafka2pc.cli import main as kafka2pc_cli
 from kafka2pc.testing import BrokerSettings, start_kafka
 from kafka2pc.testing.verify import create_topic, read_records
@@ -19,21 +18,24 @@ from kafka2pc.testing.verify import create_topic, read_records
 
 def run_transactions(bootstrap: str) -> None:
     topic = create_topic(bootstrap)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "kafka2pc-demo"})
-    producer.init_transactions(30)
+    with TwoPhaseProducer({"bootstrap.servers": bootstrap, "transactional.id": "kafka2pc-demo"},
+                          two_phase_commit=True) as producer:
+        producer.init_transactions()
+        print(f"two-phase commit active: {producer.two_phase_commit_active}")
 
-    producer.begin_transaction()
-    for i in range(5):
-        producer.produce(topic, key=f"order-{i}".encode(), value=f"committed {i}".encode())
-    producer.commit_transaction(30)
-    print(f"committed a transaction of 5 records to {topic}")
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, key=f"order-{i}".encode(), value=f"committed {i}".encode())
+        state = producer.prepare_transaction()
+        print(f"prepared a transaction of 5 records to {topic}: state {str(state)!r} (store it with the decision)")
+        print(f"complete_transaction({str(state)!r}) -> {producer.complete_transaction(state).value}")
 
-    producer.begin_transaction()
-    for i in range(3):
-        producer.produce(topic, key=f"order-x{i}".encode(), value=f"aborted {i}".encode())
-    producer.flush(30)
-    producer.abort_transaction(30)
-    print(f"aborted a transaction of 3 records to {topic}")
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, key=f"order-x{i}".encode(), value=f"aborted {i}".encode())
+        producer.flush()
+        producer.abort_transaction()
+        print(f"aborted a transaction of 3 records to {topic}")
 
     seen = read_records(bootstrap, topic)
     print(f"a read_committed consumer sees {len(seen)} records:")
