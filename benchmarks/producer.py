@@ -29,25 +29,26 @@ RECORDS_PER_TXN = 10_000
 VALUE_SIZE = 100
 
 
-def kafka2pc_produce(bootstrap: str, topic: str, transactions: int, values: list[bytes]) -> None:
+def _kafka2pc(bootstrap: str, transactions: int, write: Callable[[TwoPhaseProducer], None]) -> None:
     with TwoPhaseProducer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}"},
                           two_phase_commit=True) as producer:
         producer.init_transactions()
         for _ in range(transactions):
             producer.begin_transaction()
-            for value in values:
-                producer.produce(topic, value)
+            write(producer)
             producer.complete_transaction(producer.prepare_transaction())
+
+
+def kafka2pc_produce(bootstrap: str, topic: str, transactions: int, values: list[bytes]) -> None:
+    def one_by_one(producer: TwoPhaseProducer) -> None:
+        for value in values:
+            producer.produce(topic, value)
+
+    _kafka2pc(bootstrap, transactions, one_by_one)
 
 
 def kafka2pc_produce_batch(bootstrap: str, topic: str, transactions: int, values: list[bytes]) -> None:
-    with TwoPhaseProducer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}"},
-                          two_phase_commit=True) as producer:
-        producer.init_transactions()
-        for _ in range(transactions):
-            producer.begin_transaction()
-            producer.produce_batch(topic, values)
-            producer.complete_transaction(producer.prepare_transaction())
+    _kafka2pc(bootstrap, transactions, lambda producer: producer.produce_batch(topic, values))
 
 
 def confluent(bootstrap: str, topic: str, transactions: int, values: list[bytes]) -> None:
