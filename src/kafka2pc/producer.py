@@ -17,7 +17,6 @@ from typing import Any
 
 import kafka.errors as kafka_errors
 from kafka.partitioner.default import murmur2
-from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
@@ -25,10 +24,9 @@ from kafka2pc import broker_errors as codes
 from kafka2pc.accumulator import Batch, RecordAccumulator, TopicPartition
 from kafka2pc.capabilities import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc.cluster_client import ClusterClient, error_name
-from kafka2pc.completion import IN_FLUX, Action, ObservedTransaction, decide
+from kafka2pc.completion import Action
 from kafka2pc.errors import (
     AuthorizationError,
-    BrokerUnavailableError,
     ConfigError,
     Kafka2pcError,
     KafkaProtocolError,
@@ -40,6 +38,7 @@ from kafka2pc.errors import (
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer_config import ProducerConfig
 from kafka2pc.records import Header, encode_batch
+from kafka2pc.transaction_control import TransactionControl
 from kafka2pc.txn_state import Event, State, TransactionStateMachine
 
 log = logging.getLogger(__name__)
@@ -110,6 +109,8 @@ class TwoPhaseProducer:
         self._kept_by_broker = False
         self._sticky: dict[str, tuple[int, int]] = {}
         self._unsent_since: float | None = None
+        self._control = TransactionControl(self._client, transaction_version=1,
+                                           timeout_s=self._config.max_block_ms / 1000)
 
     # -- public properties -------------------------------------------------------------------------------------
 
@@ -168,6 +169,8 @@ class TwoPhaseProducer:
         self._tv2 = (client.finalized_feature_level("transaction.version") >= 2
                      and client.broker_max_version(ProduceRequest) >= 12
                      and client.broker_max_version(EndTxnRequest) >= 5)
+        self._control = TransactionControl(client, transaction_version=2 if self._tv2 else 1,
+                                           timeout_s=self._config.max_block_ms / 1000)
         if not self._config.two_phase_commit:
             self._use_2pc = False
         elif init_max < INIT_PRODUCER_ID_2PC_VERSION:
@@ -258,7 +261,7 @@ class TwoPhaseProducer:
                 self._raise_for_init(response.error_code)
             log.info("the coordinator does not implement keepPreparedTxn (UNSUPPORTED_VERSION); resuming %r at the "
                      "protocol level with DescribeTransactions and EndTxn", self.transactional_id)
-        observed = self._describe_settled()
+        observed = self._control.describe_settled(self.transactional_id)
         if observed is not None and observed.state == "Ongoing":
             self._kept = observed.as_prepared_state
             self._kept_by_broker = False
@@ -266,34 +269,6 @@ class TwoPhaseProducer:
             return self._kept
         self._machine.fire(Event.INIT_NOTHING_KEPT)
         return None
-
-    def _describe(self) -> ObservedTransaction | None:
-        txn_id = self.transactional_id
-        response = self._client.send_to_transaction_coordinator(
-            txn_id, lambda: DescribeTransactionsRequest(transactional_ids=[txn_id]),
-            error_code_of=lambda r: int(r.transaction_states[0].error_code),
-            timeout_s=self._config.max_block_ms / 1000)
-        entry = response.transaction_states[0]
-        if entry.error_code == codes.TRANSACTIONAL_ID_NOT_FOUND:
-            return None
-        if entry.error_code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            raise AuthorizationError(f"the principal may not describe transactional id {txn_id!r}: grant DESCRIBE "
-                                     "on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
-        if entry.error_code != codes.NONE:
-            raise KafkaProtocolError("DescribeTransactions", error_name(entry.error_code), entry.error_code)
-        return ObservedTransaction(entry.transaction_state, entry.producer_id, entry.producer_epoch)
-
-    def _describe_settled(self) -> ObservedTransaction | None:
-        """DescribeTransactions until the coordinator is not in the middle of ending or fencing a transaction."""
-        deadline = time.monotonic() + self._config.max_block_ms / 1000
-        while True:
-            observed = self._describe()
-            if observed is None or observed.state not in IN_FLUX:
-                return observed
-            if time.monotonic() > deadline:
-                raise BrokerUnavailableError(f"transaction of {self.transactional_id!r} stayed in {observed.state} "
-                                             f"for {self._config.max_block_ms} ms")
-            time.sleep(0.05)
 
     # -- transactions ----------------------------------------------------------------------------------------------
 
@@ -434,8 +409,7 @@ class TwoPhaseProducer:
         return self._look_up(requested)
 
     def _look_up(self, requested: PreparedTxnState) -> TransactionOutcome:
-        observed = self._describe_settled()
-        action = decide(requested, observed, transaction_version=2 if self._tv2 else 1)
+        action, observed = self._control.decide(self.transactional_id, requested)
         if action is Action.ALREADY_COMMITTED:
             return TransactionOutcome.COMMITTED
         if action is Action.ALREADY_ABORTED:
@@ -460,16 +434,12 @@ class TwoPhaseProducer:
             return
         # v2: a transaction that wrote nothing cannot be committed (INVALID_TXN_STATE) but can be aborted, which
         # bumps the epoch, so the next transaction does not reuse this one's PreparedTxnState.
-        committed = commit and self._txn_started
-        txn_id, producer_id, epoch = self.transactional_id, self._producer_id, self._epoch
-        response = self._client.send_to_transaction_coordinator(
-            txn_id, lambda: EndTxnRequest(transactional_id=txn_id, producer_id=producer_id, producer_epoch=epoch,
-                                          committed=committed, max_version=5 if self._tv2 else 4),
-            timeout_s=self._config.max_block_ms / 1000)
+        mine = PreparedTxnState(self._producer_id, self._epoch)
+        response = self._control.end(self.transactional_id, mine, commit=commit and self._txn_started)
         if response.error_code == codes.NONE:
             self._ended(response)
             return
-        self._settle_failed_end(PreparedTxnState(producer_id, epoch), commit, response.error_code)
+        self._settle_failed_end(mine, commit, response.error_code)
 
     def _ended(self, response: Any) -> None:
         if self._tv2 and getattr(response, "producer_epoch", -1) >= 0:
@@ -486,8 +456,7 @@ class TwoPhaseProducer:
                                            "grant WRITE on it")
             self._machine.fire(Event.FATAL, error)
             raise error
-        observed = self._describe_settled()
-        action = decide(ended, observed, transaction_version=2 if self._tv2 else 1)
+        action, observed = self._control.decide(self.transactional_id, ended)
         if action is Action.ALREADY_COMMITTED and commit:
             self._ended_since_init = True
             self._machine.fire(Event.END_DONE)
@@ -509,15 +478,10 @@ class TwoPhaseProducer:
     def _end_kept(self, *, commit: bool) -> None:
         kept = self._kept
         assert kept is not None
-        txn_id = self.transactional_id
         # A coordinator that kept the transaction (KIP-939) ends it under this producer's new id and epoch; in the
         # protocol-level resume the transaction is ended under its own.
-        producer_id, epoch = (self._producer_id, self._epoch) if self._kept_by_broker else (kept.producer_id,
-                                                                                            kept.epoch)
-        response = self._client.send_to_transaction_coordinator(
-            txn_id, lambda: EndTxnRequest(transactional_id=txn_id, producer_id=producer_id, producer_epoch=epoch,
-                                          committed=commit, max_version=5 if self._tv2 else 4),
-            timeout_s=self._config.max_block_ms / 1000)
+        under = PreparedTxnState(self._producer_id, self._epoch) if self._kept_by_broker else kept
+        response = self._control.end(self.transactional_id, under, commit=commit)
         if response.error_code != codes.NONE:
             self._settle_failed_end(kept, commit, response.error_code)
         self._kept = None
