@@ -84,13 +84,18 @@ class TwoPhaseProducer:
     transaction with ``transaction.timeout.ms`` at the broker's maximum, logs one WARNING saying so and sets
     :attr:`two_phase_commit_active` to False.
 
-    Not thread-safe: use one producer from one thread.
+    Not thread-safe: use one producer from one thread. Producers of one process may share connections by passing
+    the same ``cluster`` (a :class:`~kafka2pc.cluster_client.ClusterClient` for the same cluster), which they then do
+    not close.
     """
 
-    def __init__(self, config: Mapping[str, object], *, two_phase_commit: bool = False):
+    def __init__(self, config: Mapping[str, object], *, two_phase_commit: bool = False,
+                 cluster: ClusterClient | None = None):
         self._config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
-        self._client = ClusterClient(self._config.client, bootstrap_timeout_s=self._config.max_block_ms / 1000,
-                                     client_id=f"kafka2pc-{self._config.transactional_id}")
+        self._owns_client = cluster is None
+        self._client = cluster or ClusterClient(self._config.client,
+                                                bootstrap_timeout_s=self._config.max_block_ms / 1000,
+                                                client_id=f"kafka2pc-{self._config.transactional_id}")
         self._machine = TransactionStateMachine()
         self._accumulator = RecordAccumulator(self._config.batch_size)
         self._producer_id = -1
@@ -711,7 +716,8 @@ class TwoPhaseProducer:
             log.info("closing producer %r with a prepared transaction; it stays open until completed",
                      self.transactional_id)
         self._machine.fire(Event.CLOSE)
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def __enter__(self) -> TwoPhaseProducer:
         return self

@@ -1,0 +1,29 @@
+"""The engine-neutral sink core: pooled transactional ids, the writer/committer cycle, the decision log and
+recovery (FLIP-511's design, for kafka2pc). The Spark sink and the DB dual-writer sit on it."""
+
+from __future__ import annotations
+
+from kafka2pc.sink.committer import Committer
+from kafka2pc.sink.decision_log import Decision, DecisionLog, DecisionLogCorruptError, FileDecisionLog
+from kafka2pc.sink.id_pool import IdPoolExhaustedError, TransactionalIdPool
+from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.prepared import PreparedTransaction
+from kafka2pc.sink.recovery import RecoveryReport, abort_lingering, recover
+from kafka2pc.sink.writer import SubtaskWriter
+
+__all__ = [
+    "Committer",
+    "Decision",
+    "DecisionLog",
+    "DecisionLogCorruptError",
+    "FileDecisionLog",
+    "IdPoolExhaustedError",
+    "PreparedTransaction",
+    "RecoveryReport",
+    "SubtaskWriter",
+    "TransactionNamingStrategy",
+    "TransactionalIdGrammar",
+    "TransactionalIdPool",
+    "abort_lingering",
+    "recover",
+]

@@ -1,0 +1,178 @@
+"""Where the coordinator durably records what it decided, before completing any transaction of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import attrs
+
+from kafka2pc.errors import Kafka2pcError
+from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.sink.prepared import PreparedTransaction
+
+FORMAT = "kafka2pc.decision/1"
+_DECISION_FILE = re.compile(r"(\d{20})\.decision\.json")
+_DONE_FILE = re.compile(r"(\d{20})\.done")
+
+
+class DecisionLogCorruptError(Kafka2pcError):
+    """A decision record cannot be read, or belongs to another prefix; recovery stops before touching anything."""
+
+
+def _as_tuple(items: Iterable[PreparedTransaction]) -> tuple[PreparedTransaction, ...]:
+    return tuple(items)
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@attrs.frozen
+class Decision:
+    """Checkpoint ``checkpoint`` commits ``transactions``. ``metadata`` is the engine's own (JSON-ready) data."""
+
+    checkpoint: int = attrs.field(validator=attrs.validators.instance_of(int))
+    transactions: tuple[PreparedTransaction, ...] = attrs.field(converter=_as_tuple)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen)
+
+
+class DecisionLog(Protocol):
+    """What the committer needs from durable storage. Implementations must make :meth:`record` durable before it
+    returns, and must fail loudly on records they cannot read."""
+
+    def record(self, decision: Decision) -> None:
+        """Durably store ``decision`` (not yet done)."""
+
+    def mark_done(self, checkpoint: int) -> None:
+        """Durably note that every transaction of ``checkpoint`` is completed."""
+
+    def undone(self) -> list[Decision]:
+        """Recorded decisions not marked done, oldest first."""
+
+    def last_checkpoint(self) -> int | None:
+        """The highest recorded checkpoint, done or not."""
+
+    def decision(self, checkpoint: int) -> Decision | None:
+        """The decision of ``checkpoint`` if it is still kept."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one: write a temporary file
+    in the same folder, fsync it, rename it over ``path``, fsync the folder."""
+    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+class FileDecisionLog:
+    """A decision log in a local folder: ``<checkpoint>.decision.json`` per decision and ``<checkpoint>.done`` when
+    it is completed. Bound to one transactional-id prefix; a record of another prefix is a foreign record.
+
+    ``retain_done`` (>= 1) done decisions are kept (for audits, and to know the last checkpoint); older ones are
+    deleted. None keeps all.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], prefix: str, *, retain_done: int | None = 100):
+        if retain_done is not None and retain_done < 1:
+            raise ValueError("retain_done must be >= 1 (or None)")
+        self.directory = Path(directory)
+        self.grammar = TransactionalIdGrammar(prefix)
+        self.retain_done = retain_done
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _decision_path(self, checkpoint: int) -> Path:
+        return self.directory / f"{checkpoint:020d}.decision.json"
+
+    def _done_path(self, checkpoint: int) -> Path:
+        return self.directory / f"{checkpoint:020d}.done"
+
+    def record(self, decision: Decision) -> None:
+        for txn in decision.transactions:
+            if not self.grammar.owns(txn.transactional_id):
+                raise ValueError(f"{txn.transactional_id!r} is not an id of prefix {self.grammar.prefix!r}")
+        body = {"format": FORMAT, "prefix": self.grammar.prefix, "checkpoint": decision.checkpoint,
+                "transactions": [t.to_json() for t in decision.transactions], "metadata": dict(decision.metadata)}
+        atomic_write(self._decision_path(decision.checkpoint), json.dumps(body, sort_keys=True).encode())
+
+    def mark_done(self, checkpoint: int) -> None:
+        if not self._decision_path(checkpoint).exists():
+            raise DecisionLogCorruptError(f"cannot mark checkpoint {checkpoint} done: no decision in {self.directory}")
+        atomic_write(self._done_path(checkpoint), b"")
+        self._prune()
+
+    def _checkpoints(self) -> tuple[list[int], set[int]]:
+        decided, done = [], set()
+        for entry in self.directory.iterdir():
+            if match := _DECISION_FILE.fullmatch(entry.name):
+                decided.append(int(match.group(1)))
+            elif match := _DONE_FILE.fullmatch(entry.name):
+                done.add(int(match.group(1)))
+        return sorted(decided), done
+
+    def _read(self, checkpoint: int) -> Decision:
+        path = self._decision_path(checkpoint)
+        try:
+            body = json.loads(path.read_bytes())
+            if not isinstance(body, dict) or body.get("format") != FORMAT:
+                raise DecisionLogCorruptError(f"{path}: not a kafka2pc decision record (format "
+                                              f"{body.get('format') if isinstance(body, dict) else None!r})")
+            if body.get("prefix") != self.grammar.prefix:
+                raise DecisionLogCorruptError(f"{path}: a foreign record, of prefix {body.get('prefix')!r}, in the "
+                                              f"log of prefix {self.grammar.prefix!r}")
+            if body.get("checkpoint") != checkpoint:
+                raise DecisionLogCorruptError(f"{path}: records checkpoint {body.get('checkpoint')!r}, not "
+                                              f"{checkpoint}")
+            transactions = [PreparedTransaction.from_json(t) for t in body["transactions"]]
+            for txn in transactions:
+                if not self.grammar.owns(txn.transactional_id):
+                    raise DecisionLogCorruptError(f"{path}: {txn.transactional_id!r} is not an id of prefix "
+                                                  f"{self.grammar.prefix!r}")
+            return Decision(checkpoint, transactions, body.get("metadata", {}))
+        except DecisionLogCorruptError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DecisionLogCorruptError(f"{path}: unreadable decision record ({type(exc).__name__}: {exc})") \
+                from exc
+
+    def undone(self) -> list[Decision]:
+        decided, done = self._checkpoints()
+        return [self._read(c) for c in decided if c not in done]
+
+    def last_checkpoint(self) -> int | None:
+        decided, _ = self._checkpoints()
+        return decided[-1] if decided else None
+
+    def decision(self, checkpoint: int) -> Decision | None:
+        return self._read(checkpoint) if self._decision_path(checkpoint).exists() else None
+
+    def _prune(self) -> None:
+        if self.retain_done is None:
+            return
+        decided, done = self._checkpoints()
+        finished = [c for c in decided if c in done]
+        for checkpoint in finished[:-self.retain_done]:
+            self._decision_path(checkpoint).unlink(missing_ok=True)
+            self._done_path(checkpoint).unlink(missing_ok=True)

@@ -1,0 +1,84 @@
+"""Recovery after a crash: roll every undone decision forward, then abort every other open transaction of the
+prefix (LISTING, FLIP-511). Exact: ids outside the prefix's grammar are never touched, ids being rolled forward are
+never aborted."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping
+
+import attrs
+
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.config import ClientConfig
+from kafka2pc.producer_config import PRODUCER_KEYS
+from kafka2pc.sink.committer import Committer
+from kafka2pc.sink.decision_log import DecisionLog
+from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What recovery did."""
+
+    checkpoints_rolled_forward: tuple[int, ...]
+    rolled_forward: tuple[str, ...]
+    aborted: tuple[str, ...]
+    #: every id of the prefix the brokers know, in any state: writers adopt them so POOLING reuses them
+    known_ids: tuple[str, ...]
+    seconds: float
+
+
+def _open_ids(control: TransactionControl, grammar: TransactionalIdGrammar) -> list[str]:
+    listed = control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
+    return [listing.transactional_id for listing in listed if grammar.owns(listing.transactional_id)]
+
+
+def abort_open_transactions(control: TransactionControl, grammar: TransactionalIdGrammar,
+                            keep: Collection[str] = ()) -> list[str]:
+    """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted."""
+    kept = set(keep)
+    aborted = []
+    for transactional_id in _open_ids(control, grammar):
+        if transactional_id in kept:
+            continue
+        if control.abort_ongoing(transactional_id) is not None:
+            log.info("aborted lingering transaction of %r", transactional_id)
+            aborted.append(transactional_id)
+    return aborted
+
+
+def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog) -> RecoveryReport:
+    """Complete what was decided, abort what was not, and report the ids the prefix has on the brokers.
+
+    Reads every undone decision first: a corrupt or foreign record raises
+    :class:`~kafka2pc.sink.DecisionLogCorruptError` before any transaction is touched.
+    """
+    started = time.monotonic()
+    grammar = TransactionalIdGrammar(prefix)
+    undone = decision_log.undone()
+    keep = {txn.transactional_id for decision in undone for txn in decision.transactions}
+    committer = Committer(control, decision_log)
+    for decision in undone:
+        log.info("rolling checkpoint %d forward (%d transactions)", decision.checkpoint, len(decision.transactions))
+        committer.roll_forward(decision)
+    aborted = abort_open_transactions(control, grammar, keep)
+    known = [listing.transactional_id for listing in control.list(pattern=f"^{grammar.pattern}$")
+             if grammar.owns(listing.transactional_id)]
+    return RecoveryReport(tuple(d.checkpoint for d in undone), tuple(sorted(keep)), tuple(aborted), tuple(known),
+                          time.monotonic() - started)
+
+
+def abort_lingering(config: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> list[str]:
+    """Abort every open transaction whose id is ``<prefix>-<subtask>-<counter>``, except those in ``keep``.
+
+    ``config`` holds the connection settings (Kafka's dotted names; producer keys are accepted and ignored).
+    Returns the ids whose transactions were aborted.
+    """
+    client_config = ClientConfig.from_dict(config, consumed_elsewhere=PRODUCER_KEYS)
+    with ClusterClient(client_config) as client:
+        return abort_open_transactions(TransactionControl(client), TransactionalIdGrammar(prefix), keep)

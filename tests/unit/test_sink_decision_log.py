@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+from kafka2pc import PreparedTxnState
+from kafka2pc.sink import Decision, DecisionLogCorruptError, FileDecisionLog, PreparedTransaction
+
+
+def decision(checkpoint: int, prefix: str = "job") -> Decision:
+    txns = [PreparedTransaction(f"{prefix}-{s}-{checkpoint % 3}", PreparedTxnState(10 + s, checkpoint), s, checkpoint)
+            for s in range(2)]
+    return Decision(checkpoint, txns, {"attempt": "a1"})
+
+
+def test_record_undone_done(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    assert log.undone() == [] and log.last_checkpoint() is None
+    log.record(decision(1))
+    log.record(decision(2))
+    assert [d.checkpoint for d in log.undone()] == [1, 2]
+    assert log.undone()[0] == decision(1)
+    log.mark_done(1)
+    assert [d.checkpoint for d in log.undone()] == [2]
+    assert log.last_checkpoint() == 2
+    assert log.decision(1).metadata == {"attempt": "a1"}
+    assert not list(tmp_path.glob(".tmp-*"))  # atomic writes leave no temporaries
+
+
+def test_corrupt_record_names_the_file(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(1))
+    path = tmp_path / f"{1:020d}.decision.json"
+    path.write_text('{"format": "kafka2pc.decision/1", "prefix": "job", "checkp')
+    with pytest.raises(DecisionLogCorruptError, match=str(path)):
+        log.undone()
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda body: body.update(prefix="other"), "foreign record"),
+    (lambda body: body.update(format="something/9"), "not a kafka2pc decision record"),
+    (lambda body: body.update(checkpoint=7), "records checkpoint 7"),
+    (lambda body: body["transactions"][0].update(state="garbage"), "unreadable"),
+    (lambda body: body["transactions"][0].update(transactional_id="job-10-0-1"), "not an id of prefix"),
+    (lambda body: body.pop("transactions"), "unreadable"),
+])
+def test_foreign_or_malformed_records_are_errors(tmp_path, mutate, message):
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(1))
+    path = tmp_path / f"{1:020d}.decision.json"
+    body = json.loads(path.read_text())
+    mutate(body)
+    path.write_text(json.dumps(body))
+    with pytest.raises(DecisionLogCorruptError, match=message):
+        log.undone()
+
+
+def test_recording_an_id_of_another_prefix_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not an id of prefix"):
+        FileDecisionLog(tmp_path, "job-1").record(decision(1, prefix="job-10"))
+
+
+def test_prune_keeps_the_newest_done(tmp_path):
+    log = FileDecisionLog(tmp_path, "job", retain_done=2)
+    for checkpoint in range(1, 6):
+        log.record(decision(checkpoint))
+        log.mark_done(checkpoint)
+    assert sorted(p.name for p in tmp_path.glob("*.decision.json")) == [f"{4:020d}.decision.json",
+                                                                        f"{5:020d}.decision.json"]
+    assert log.last_checkpoint() == 5
+    with pytest.raises(ValueError):
+        FileDecisionLog(tmp_path, "job", retain_done=0)
+
+
+def test_unrelated_files_are_ignored(tmp_path):
+    (tmp_path / "README").write_text("notes")
+    (tmp_path / ".tmp-abc").write_text("half written")
+    assert FileDecisionLog(tmp_path, "job").undone() == []
