@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars lint test demo bench chaos clean
+.PHONY: setup jars lint test demo bench bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -36,6 +36,10 @@ demo: jars
 # Throughput of kafka2pc's producer against confluent-kafka and kafka-python on one local broker.
 bench: jars
 	$(PY) benchmarks/producer.py
+
+# Sink recovery time after crashed restarts, and transactional ids held with POOLING vs INCREMENTING.
+bench-recovery: jars
+	$(PY) benchmarks/recovery.py
 
 # Long chaos runs, by their own target (not part of `make test`).
 chaos: jars

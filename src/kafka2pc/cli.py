@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from kafka2pc.capabilities import DEFAULT_PROBE_TRANSACTIONAL_ID, BrokerCapabilities, probe_capabilities
+from kafka2pc.cli_txns import add_txns_commands
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import Kafka2pcError
@@ -86,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the cluster to answer (default: %(default)s)")
     doctor.set_defaults(run=_doctor)
+
+    add_txns_commands(commands, _add_connection_args)
     return parser
 
 
@@ -100,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except Kafka2pcError as exc:
-        print(f"kafka2pc {args.command}: error: {exc}", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "txns_command", None))))
+        print(f"kafka2pc {command}: error: {exc}", file=sys.stderr)
         return 1
     return code
 
