@@ -21,10 +21,11 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
 from kafka2pc import broker_errors as codes
+from kafka2pc import metrics
 from kafka2pc.accumulator import Batch, RecordAccumulator, TopicPartition
 from kafka2pc.capabilities import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc.cluster_client import ClusterClient, error_name
-from kafka2pc.completion import Action
+from kafka2pc.completion import Action, ObservedTransaction
 from kafka2pc.errors import (
     AuthorizationError,
     ConfigError,
@@ -187,6 +188,7 @@ class TwoPhaseProducer:
     def _fall_back(self, reason: str) -> None:
         self._use_2pc = False
         self._two_phase_active = False
+        metrics.TWO_PHASE_FALLBACKS.inc()
         if self._config.transaction_timeout_ms is None:
             configured = self._client.broker_configs(["transaction.max.timeout.ms"])["transaction.max.timeout.ms"]
             self._timeout_ms = int(configured) if configured else 900_000
@@ -418,6 +420,7 @@ class TwoPhaseProducer:
         if action is Action.ALREADY_COMMITTED:
             return TransactionOutcome.COMMITTED
         if action is Action.ALREADY_ABORTED:
+            metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
             raise TransactionLostError(self.transactional_id, requested.producer_id, requested.epoch,
                                        f"the broker reports it aborted ({observed})")
         if action in (Action.COMMIT_ONGOING, Action.ABORT_ONGOING):
@@ -434,26 +437,29 @@ class TwoPhaseProducer:
         if not self._txn_started and not self._tv2:
             # v1: the coordinator never heard of a transaction that wrote nothing; ending it is local. The epoch
             # bumps before the next transaction still make its PreparedTxnState unique.
-            self._ended_since_init = True
-            self._machine.fire(Event.END_DONE)
+            self._finish_end(commit, None)
             return
         # v2: a transaction that wrote nothing cannot be committed (INVALID_TXN_STATE) but can be aborted, which
         # bumps the epoch, so the next transaction does not reuse this one's PreparedTxnState.
         mine = PreparedTxnState(self._producer_id, self._epoch)
         response = self._control.end(self.transactional_id, mine, commit=commit and self._txn_started)
         if response.error_code == codes.NONE:
-            self._ended(response)
+            self._finish_end(commit, (response.producer_id, response.producer_epoch) if self._tv2 else None)
             return
-        self._settle_failed_end(mine, commit, response.error_code)
+        observed = self._settle_failed_end(mine, commit, response.error_code)
+        self._finish_end(commit, (observed.producer_id, observed.epoch) if self._tv2 and observed else None)
 
-    def _ended(self, response: Any) -> None:
-        if self._tv2 and getattr(response, "producer_epoch", -1) >= 0:
-            self._set_producer(response.producer_id, response.producer_epoch)
+    def _finish_end(self, commit: bool, bumped: tuple[int, int] | None) -> None:
+        """The transaction ended as asked; under v2 the coordinator handed out ``bumped`` (producer id, epoch)."""
+        metrics.TRANSACTIONS_ENDED.labels(outcome="committed" if commit else "aborted").inc()
+        if bumped is not None and bumped[1] >= 0:
+            self._set_producer(*bumped)
         self._ended_since_init = True
         self._machine.fire(Event.END_DONE)
 
-    def _settle_failed_end(self, ended: PreparedTxnState, commit: bool, code: int) -> None:
-        """EndTxn was refused: find out from the coordinator whether the transaction ended anyway, and how."""
+    def _settle_failed_end(self, ended: PreparedTxnState, commit: bool, code: int) -> ObservedTransaction | None:
+        """EndTxn was refused: find out from the coordinator whether the transaction ended anyway as asked (then
+        return what the coordinator reports), or raise what happened instead."""
         if code not in (codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH, codes.INVALID_TXN_STATE):
             error: Kafka2pcError = KafkaProtocolError("EndTxn", error_name(code), code)
             if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -462,16 +468,11 @@ class TwoPhaseProducer:
             self._machine.fire(Event.FATAL, error)
             raise error
         action, observed = self._control.decide(self.transactional_id, ended)
-        if action is Action.ALREADY_COMMITTED and commit:
-            self._ended_since_init = True
-            self._machine.fire(Event.END_DONE)
-            return
-        if action is Action.ALREADY_ABORTED and not commit:
-            self._ended_since_init = True
-            self._machine.fire(Event.END_DONE)
-            return
+        if action is (Action.ALREADY_COMMITTED if commit else Action.ALREADY_ABORTED):
+            return observed
         lost: Kafka2pcError
         if action is Action.ALREADY_ABORTED:
+            metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
             lost = TransactionLostError(self.transactional_id, ended.producer_id, ended.epoch,
                                         f"the broker already aborted it ({observed}; EndTxn said {error_name(code)})")
         else:
@@ -491,8 +492,10 @@ class TwoPhaseProducer:
             self._settle_failed_end(kept, commit, response.error_code)
         self._kept = None
         if self._kept_by_broker:
-            self._ended(response)
+            ok = response.error_code == codes.NONE and self._tv2
+            self._finish_end(commit, (response.producer_id, response.producer_epoch) if ok else None)
             return
+        metrics.TRANSACTIONS_ENDED.labels(outcome="committed" if commit else "aborted").inc()
         self._machine.fire(Event.REINIT)
         self._reinit()
 

@@ -33,3 +33,11 @@ def test_extra_and_timeout_override_defaults():
     props = settings.server_properties(1)
     assert props["transaction.max.timeout.ms"] == "10000"
     assert props["num.partitions"] == "3"
+
+
+def test_cluster_ids_never_look_like_options():
+    from kafka2pc.testing.local import new_cluster_id  # noqa: PLC0415
+
+    ids = [new_cluster_id() for _ in range(5000)]  # ~1 in 64 raw candidates starts with '-'
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids)

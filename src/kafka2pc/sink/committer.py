@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from kafka2pc import metrics
 from kafka2pc.errors import TransactionLostError
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
@@ -29,7 +30,15 @@ class Committer:
     def roll_forward(self, decision: Decision) -> None:
         """Commit every transaction of an already recorded ``decision`` (idempotent), then mark it done."""
         for txn in decision.transactions:
-            if not self.control.complete(txn.transactional_id, txn.state):
+            try:
+                committed = self.control.complete(txn.transactional_id, txn.state)
+            except TransactionLostError:
+                metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
+                raise
+            if committed:
+                metrics.TRANSACTIONS_ENDED.labels(outcome="committed").inc()
+            else:
+                metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
                 raise TransactionLostError(
                     txn.transactional_id, txn.state.producer_id, txn.state.epoch,
                     f"checkpoint {decision.checkpoint} decided to commit it, but the broker has neither it ongoing "

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 
 import attrs
 
+from kafka2pc import metrics
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.producer_config import PRODUCER_KEYS
@@ -69,8 +70,12 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog)
     aborted = abort_open_transactions(control, grammar, keep)
     known = [listing.transactional_id for listing in control.list(pattern=f"^{grammar.pattern}$")
              if grammar.owns(listing.transactional_id)]
-    return RecoveryReport(tuple(d.checkpoint for d in undone), tuple(sorted(keep)), tuple(aborted), tuple(known),
-                          time.monotonic() - started)
+    report = RecoveryReport(tuple(d.checkpoint for d in undone), tuple(sorted(keep)), tuple(aborted), tuple(known),
+                            time.monotonic() - started)
+    metrics.RECOVERY_ROLLED_FORWARD.labels(prefix=prefix).inc(len(report.rolled_forward))
+    metrics.RECOVERY_ABORTED.labels(prefix=prefix).inc(len(report.aborted))
+    metrics.RECOVERY_SECONDS.labels(prefix=prefix).set(report.seconds)
+    return report
 
 
 def abort_lingering(config: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> list[str]:

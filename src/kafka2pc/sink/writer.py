@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from kafka2pc import metrics
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.producer import TwoPhaseProducer
-from kafka2pc.sink.id_pool import DEFAULT_MAX_LIVE_IDS, TransactionalIdPool
+from kafka2pc.sink.id_pool import DEFAULT_MAX_LIVE_IDS, IdPoolExhaustedError, TransactionalIdPool
 from kafka2pc.sink.naming import TransactionNamingStrategy
 from kafka2pc.sink.prepared import PreparedTransaction
 
@@ -36,6 +37,9 @@ class SubtaskWriter:
         if (pool.prefix, pool.subtask) != (prefix, subtask):
             raise ValueError(f"pool of {pool.prefix!r}/{pool.subtask} given to writer of {prefix!r}/{subtask}")
         self.pool = pool
+        self._labels = {"prefix": prefix, "subtask": str(subtask)}
+        metrics.LIVE_IDS_MAX.labels(**self._labels).set(pool.max_live)
+        self._track()
         self._producer: TwoPhaseProducer | None = None
         self._transactional_id: str | None = None
 
@@ -47,7 +51,12 @@ class SubtaskWriter:
     def _open(self) -> TwoPhaseProducer:
         if self._producer is not None:
             return self._producer
-        self.pool, txn_id = self.pool.acquire()
+        try:
+            self.pool, txn_id = self.pool.acquire()
+        except IdPoolExhaustedError:
+            metrics.ID_POOL_EXHAUSTED.labels(**self._labels).inc()
+            raise
+        self._track()
         producer = TwoPhaseProducer({**self._config, "transactional.id": txn_id},
                                     two_phase_commit=self._two_phase_commit, cluster=self._cluster)
         try:
@@ -56,6 +65,7 @@ class SubtaskWriter:
         except BaseException:
             producer.close()
             self.pool = self.pool.release(txn_id)
+            self._track()
             raise
         self._producer, self._transactional_id = producer, txn_id
         return producer
@@ -85,6 +95,7 @@ class SubtaskWriter:
         for txn in transactions:
             if txn.subtask == self.pool.subtask:
                 self.pool = self.pool.release(txn.transactional_id)
+        self._track()
 
     def abort(self) -> None:
         """Abort the open transaction, if any, and free its id."""
@@ -97,6 +108,10 @@ class SubtaskWriter:
         finally:
             producer.close()
             self.pool = self.pool.release(txn_id)
+            self._track()
+
+    def _track(self) -> None:
+        metrics.LIVE_IDS.labels(**self._labels).set(len(self.pool.in_use))
 
     def close(self) -> None:
         """Abort any open transaction and stop."""

@@ -42,6 +42,15 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: a UUID in URL-safe base64 that, as Kafka's own ``Uuid.randomUuid`` ensures, does
+    not start with '-' (the storage tool would read it as an option)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
+
+
 def _die_with_parent() -> None:
     # Linux: the JVM gets SIGKILL when the Python process that started it dies, so no broker outlives a test run.
     if sys.platform.startswith("linux"):
@@ -110,7 +119,7 @@ class LocalKafkaCluster(KafkaService):
             node_id: LocalNode(node_id, ports[2 * i], ports[2 * i + 1], self.workdir / f"node-{node_id}")
             for i, node_id in enumerate(self.node_ids)
         }
-        self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._cluster_id = new_cluster_id()
         self._log4j = resources.files(__package__).joinpath("log4j2.properties")
         self._closed = False
 

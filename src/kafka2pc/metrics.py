@@ -1,0 +1,42 @@
+"""kafka2pc's metrics, in Prometheus' data model (``prometheus_client``'s default registry).
+
+Serve them with ``prometheus_client.start_http_server(port)``, or read them with :func:`render` /
+:func:`sample`. Names start with ``kafka2pc_``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, Counter, Gauge, generate_latest
+
+TRANSACTIONS_ENDED = Counter(
+    "kafka2pc_transactions_ended", "Transactions ended by kafka2pc producers and committers, by outcome",
+    ["outcome"])
+TWO_PHASE_FALLBACKS = Counter(
+    "kafka2pc_two_phase_commit_fallbacks",
+    "Producers asked for two-phase commit that fell back to standard transactions (broker without Enable2Pc)")
+LIVE_IDS = Gauge(
+    "kafka2pc_sink_live_transactional_ids", "Transactional ids in use (open or prepared) by a sink subtask",
+    ["prefix", "subtask"])
+LIVE_IDS_MAX = Gauge(
+    "kafka2pc_sink_live_transactional_ids_max", "The cap on live transactional ids of a sink subtask",
+    ["prefix", "subtask"])
+ID_POOL_EXHAUSTED = Counter(
+    "kafka2pc_sink_id_pool_exhausted", "Times a sink subtask needed more live transactional ids than its cap",
+    ["prefix", "subtask"])
+RECOVERY_ROLLED_FORWARD = Counter(
+    "kafka2pc_recovery_rolled_forward_transactions", "Decided transactions committed by recovery", ["prefix"])
+RECOVERY_ABORTED = Counter(
+    "kafka2pc_recovery_aborted_transactions", "Lingering transactions aborted by recovery", ["prefix"])
+RECOVERY_SECONDS = Gauge(
+    "kafka2pc_recovery_last_duration_seconds", "How long the last recovery of a prefix took", ["prefix"])
+
+
+def render() -> bytes:
+    """Every metric of the default registry in Prometheus' text format."""
+    return generate_latest(REGISTRY)
+
+
+def sample(name: str, **labels: str) -> float | None:
+    """The current value of one sample (``name`` as exposed, e.g. ``kafka2pc_transactions_ended_total``)."""
+    value = REGISTRY.get_sample_value(name, labels)
+    return None if value is None else float(value)
