@@ -18,7 +18,12 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kafka2pc.config import ClientConfig
-from kafka2pc.errors import BrokerUnavailableError, KafkaProtocolError, UnsupportedByBrokerError
+from kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnavailableError,
+    KafkaProtocolError,
+    UnsupportedByBrokerError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +170,9 @@ class ClusterClient:
         else:
             answer = self.send(FindCoordinatorRequest(
                 key=transactional_id, key_type=_TRANSACTION_COORDINATOR, max_version=3))
+        if answer.error_code == kafka_errors.TransactionalIdAuthorizationFailedError.errno:
+            raise AuthorizationError(f"the principal may not use transactional id {transactional_id!r}: grant WRITE "
+                                     "on it (DESCRIBE to only read it; TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
         if answer.error_code != 0:
             raise KafkaProtocolError("FindCoordinator", error_name(answer.error_code), answer.error_code,
                                      f"transactional id {transactional_id!r}")

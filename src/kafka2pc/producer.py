@@ -190,8 +190,11 @@ class TwoPhaseProducer:
         self._two_phase_active = False
         metrics.TWO_PHASE_FALLBACKS.inc()
         if self._config.transaction_timeout_ms is None:
-            configured = self._client.broker_configs(["transaction.max.timeout.ms"])["transaction.max.timeout.ms"]
+            configured = self._broker_config("transaction.max.timeout.ms")
             self._timeout_ms = int(configured) if configured else 900_000
+            if configured is None:
+                reason += ("; the broker's transaction.max.timeout.ms could not be read (DESCRIBE_CONFIGS on the "
+                           "cluster), so Kafka's default maximum is assumed: set transaction.timeout.ms")
         log.warning(
             "kafka2pc: two-phase commit is NOT active for transactional id %r: %s. Falling back to standard "
             "transactions with transaction.timeout.ms=%d: the broker aborts a prepared transaction that is not "
@@ -210,22 +213,58 @@ class TwoPhaseProducer:
             def request() -> Any:
                 return InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=self._timeout_ms,
                                              producer_id=producer_id, producer_epoch=epoch)
-        return self._client.send_to_transaction_coordinator(txn_id, request, timeout_s=self._config.max_block_ms / 1000)
+        try:
+            return self._client.send_to_transaction_coordinator(txn_id, request,
+                                                                timeout_s=self._config.max_block_ms / 1000)
+        except AuthorizationError as exc:
+            if not self._use_2pc:
+                raise
+            raise AuthorizationError(f"the principal may not use transactional id {txn_id!r}: grant WRITE and "
+                                     "TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)") from exc
+
+    def _broker_config(self, name: str) -> str | None:
+        """A broker config value, or None when it cannot be read (unknown to the broker, or no DESCRIBE_CONFIGS)."""
+        try:
+            return self._client.broker_configs([name])[name]
+        except kafka_errors.KafkaError as exc:
+            log.debug("could not read broker config %s: %r", name, exc)
+            return None
+
+    def _two_phase_refused(self, *, can_probe_write: bool) -> None:
+        """Enable2Pc was refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which the broker answers both when 2PC
+        is off and when an ACL is missing. Fall back in the first case; raise naming the missing ACL in the second.
+
+        ``can_probe_write``: an InitProducerId without Enable2Pc may be sent to tell a missing WRITE from a missing
+        TWO_PHASE_COMMIT (not while recovering a kept transaction: it would abort it)."""
+        setting = self._broker_config("transaction.two.phase.commit.enable")
+        txn_id = self.transactional_id
+        if setting == "true":
+            if can_probe_write:
+                self._use_2pc = False
+                plain = self._send_init()
+                self._use_2pc = True
+                if plain.error_code == codes.NONE:
+                    raise AuthorizationError(
+                        f"the principal may write with transactional id {txn_id!r} but not use two-phase commit: "
+                        "grant TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+                raise AuthorizationError(f"the principal may not use transactional id {txn_id!r}: grant WRITE and "
+                                         "TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+            raise AuthorizationError(f"the principal may not use transactional id {txn_id!r} with two-phase "
+                                     "commit: it needs WRITE and TWO_PHASE_COMMIT on it")
+        if setting == "false":
+            self._fall_back("the broker refused Enable2Pc: transaction.two.phase.commit.enable=false")
+        else:
+            self._fall_back("the broker refused Enable2Pc with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and its "
+                            "configs cannot be read: either transaction.two.phase.commit.enable=false or the "
+                            f"principal lacks TWO_PHASE_COMMIT on {txn_id!r}")
 
     def _init_producer_id(self, *, bump: bool = False) -> None:
         """InitProducerId for this producer (a fresh one, or an epoch bump of the current producer id)."""
         producer_id, epoch = (self._producer_id, self._epoch) if bump else (-1, -1)
         response = self._send_init(producer_id=producer_id, epoch=epoch)
         if response.error_code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and self._use_2pc:
-            setting = self._client.broker_configs(["transaction.two.phase.commit.enable"])
-            if setting["transaction.two.phase.commit.enable"] != "true":
-                self._fall_back("the broker refused Enable2Pc (transaction.two.phase.commit.enable="
-                                f"{setting['transaction.two.phase.commit.enable']})")
-                response = self._send_init(producer_id=producer_id, epoch=epoch)
-            else:
-                raise AuthorizationError(
-                    f"the principal may not use transactional id {self.transactional_id!r} with two-phase commit: "
-                    "grant WRITE and TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+            self._two_phase_refused(can_probe_write=not bump)
+            response = self._send_init(producer_id=producer_id, epoch=epoch)
         self._raise_for_init(response.error_code)
         self._two_phase_active = self._use_2pc
         self._set_producer(response.producer_id, response.producer_epoch)
@@ -264,10 +303,13 @@ class TwoPhaseProducer:
                     return self._kept
                 self._machine.fire(Event.INIT_DONE)
                 return None
-            if response.error_code != codes.UNSUPPORTED_VERSION:
+            if response.error_code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                self._two_phase_refused(can_probe_write=False)
+            elif response.error_code == codes.UNSUPPORTED_VERSION:
+                log.info("the coordinator does not implement keepPreparedTxn (UNSUPPORTED_VERSION); resuming %r at "
+                         "the protocol level with DescribeTransactions and EndTxn", self.transactional_id)
+            else:
                 self._raise_for_init(response.error_code)
-            log.info("the coordinator does not implement keepPreparedTxn (UNSUPPORTED_VERSION); resuming %r at the "
-                     "protocol level with DescribeTransactions and EndTxn", self.transactional_id)
         observed = self._control.describe_settled(self.transactional_id)
         if observed is not None and observed.state == "Ongoing":
             self._kept = observed.as_prepared_state

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 
+from kafka2pc.config import ClientConfig
 from kafka2pc.testing.errors import HarnessSetupError, NodeControlUnsupported
 from kafka2pc.testing.settings import BrokerSettings
 
@@ -26,6 +27,11 @@ class KafkaService(abc.ABC):
     @abc.abstractmethod
     def bootstrap_servers(self) -> str:
         """``host:port[,host:port...]`` of the cluster."""
+
+    @property
+    def client_config(self) -> dict[str, object]:
+        """Client settings (Kafka's dotted names) to connect as the cluster's administrator."""
+        return self.settings.client_config(self.bootstrap_servers)
 
     @property
     def logs_location(self) -> str:
@@ -63,20 +69,22 @@ class KafkaService(abc.ABC):
 
     def wait_ready(self, timeout_s: float = 90.0, *, expected_brokers: int | None = None) -> None:
         """Block until a real client sees ``expected_brokers`` unfenced brokers (default: all nodes)."""
-        wait_for_brokers(self.bootstrap_servers, expected_brokers or len(self.node_ids), timeout_s,
+        wait_for_brokers(self.client_config, expected_brokers or len(self.node_ids), timeout_s,
                          on_timeout=self._not_ready_detail)
 
     def _not_ready_detail(self) -> str:
         return f"broker logs: {self.logs_location}"
 
 
-def wait_for_brokers(bootstrap: str, expected: int, timeout_s: float, *, on_timeout: object = None) -> None:
+def wait_for_brokers(config: Mapping[str, object], expected: int, timeout_s: float, *,
+                     on_timeout: object = None) -> None:
     """Poll DescribeCluster until ``expected`` unfenced brokers answer, or raise after ``timeout_s``."""
+    bootstrap = str(config["bootstrap.servers"])
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
         try:
-            with _admin(bootstrap, timeout_s=min(10.0, max(1.0, deadline - time.monotonic()))) as admin:
+            with _admin(config, timeout_s=min(10.0, max(1.0, deadline - time.monotonic()))) as admin:
                 brokers = admin.describe_cluster()["brokers"]
             live = [b for b in brokers if not b.get("is_fenced")]
             if len(live) >= expected:
@@ -90,8 +98,9 @@ def wait_for_brokers(bootstrap: str, expected: int, timeout_s: float, *, on_time
 
 
 @contextmanager
-def _admin(bootstrap: str, timeout_s: float) -> Iterator[KafkaAdminClient]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), bootstrap_timeout_ms=int(timeout_s * 1000),
+def _admin(config: Mapping[str, object], timeout_s: float) -> Iterator[KafkaAdminClient]:
+    kwargs = ClientConfig.from_dict(config).kafka_python_kwargs()
+    admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=int(timeout_s * 1000),
                              request_timeout_ms=int(timeout_s * 1000), client_id="kafka2pc-harness")
     try:
         yield admin

@@ -206,15 +206,16 @@ class LocalKafkaCluster(KafkaService):
         node.data_dir.mkdir(parents=True, exist_ok=True)
         node.logs_dir.mkdir(parents=True, exist_ok=True)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
+        protocol = self.settings.security_protocol
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": f"{protocol}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"{protocol}://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": protocol,
             "log.dirs": str(node.data_dir),
             **self.settings.server_properties(len(self.nodes)),
         }

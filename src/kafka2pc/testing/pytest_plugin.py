@@ -98,7 +98,7 @@ def topic_factory() -> Callable[..., str]:
     from kafka2pc.testing.verify import create_topic  # noqa: PLC0415 - needs the testing extra
 
     def make(service: KafkaService, partitions: int = 1, **kwargs: Any) -> str:
-        return create_topic(service.bootstrap_servers, partitions=partitions, **kwargs)
+        return create_topic(service.client_config, partitions=partitions, **kwargs)
 
     return make
 

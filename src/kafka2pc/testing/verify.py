@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -25,12 +25,23 @@ class ConsumedRecord:
     value: bytes | None
 
 
-def create_topic(bootstrap: str, name: str | None = None, *, partitions: int = 1,
+Connection = str | Mapping[str, object]
+
+
+def _connection(connection: Connection) -> dict[str, str | int | float | bool]:
+    """``"host:port"`` or a client config with Kafka's dotted names (a secured cluster's ``client_config``)."""
+    if isinstance(connection, str):
+        return {"bootstrap.servers": connection}
+    return {key: value if isinstance(value, str | int | float | bool) else str(value)
+            for key, value in connection.items()}
+
+
+def create_topic(bootstrap: Connection, name: str | None = None, *, partitions: int = 1,
                  replication_factor: int | None = None, config: dict[str, str] | None = None,
                  timeout_s: float = 30.0) -> str:
     """Create a topic (a fresh unique name when ``name`` is None) and return its name."""
     topic = name or f"t-{uuid.uuid4().hex[:12]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_connection(bootstrap))
     new = NewTopic(topic, num_partitions=partitions,
                    replication_factor=replication_factor if replication_factor is not None else -1,
                    config=config or {})
@@ -45,9 +56,9 @@ def create_topic(bootstrap: str, name: str | None = None, *, partitions: int = 1
     raise TimeoutError(f"topic {topic} has no leaders after {timeout_s:g} s")
 
 
-def _consumer(bootstrap: str, isolation: str) -> Consumer:
+def _consumer(bootstrap: Connection, isolation: str) -> Consumer:
     return Consumer({
-        "bootstrap.servers": bootstrap,
+        **_connection(bootstrap),
         "group.id": f"kafka2pc-verify-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "isolation.level": isolation,
@@ -62,7 +73,7 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def end_offsets(bootstrap: str, topic: str, *, isolation: str = "read_committed") -> dict[int, int]:
+def end_offsets(bootstrap: Connection, topic: str, *, isolation: str = "read_committed") -> dict[int, int]:
     """Per partition, the offset a consumer of that isolation level reads up to.
 
     For ``read_committed`` this is the last stable offset (LSO): an open transaction holds it back.
@@ -75,7 +86,7 @@ def end_offsets(bootstrap: str, topic: str, *, isolation: str = "read_committed"
         consumer.close()
 
 
-def read_records(bootstrap: str, topic: str, *, isolation: str = "read_committed",
+def read_records(bootstrap: Connection, topic: str, *, isolation: str = "read_committed",
                  timeout_s: float = 30.0) -> list[ConsumedRecord]:
     """Every record of ``topic`` a consumer of ``isolation`` sees, reading from the start up to the end offsets
     taken when the call begins. Raises TimeoutError if those offsets are not reached in ``timeout_s``."""
