@@ -22,7 +22,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaProducer
 
 from kafka2pc import TwoPhaseProducer
-from kafka2pc.testing import BrokerSettings, start_kafka
+from kafka2pc.testing.provider import bootstrap_or_local
 from kafka2pc.testing.verify import create_topic, end_offsets
 
 RECORDS_PER_TXN = 10_000
@@ -99,12 +99,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
-    service = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        service = start_kafka(BrokerSettings())
-        bootstrap = service.bootstrap_servers
-    try:
+    with bootstrap_or_local(args.bootstrap) as bootstrap:
         values = [os.urandom(VALUE_SIZE) for _ in range(RECORDS_PER_TXN)]
         records = args.transactions * RECORDS_PER_TXN
         contenders = {name: fn for name, fn in CONTENDERS.items()
@@ -134,9 +129,6 @@ def main() -> int:
             median = statistics.median(rates)
             ratio = f"{median / baseline:5.2f}x {BASELINE}" if baseline else ""
             print(f"  {name:32s} {median:>10,.0f} records/s  {ratio}")
-    finally:
-        if service is not None:
-            service.close()
     return 0
 
 

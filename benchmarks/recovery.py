@@ -26,7 +26,7 @@ from pathlib import Path
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, TransactionNamingStrategy, recover
-from kafka2pc.testing import BrokerSettings, start_kafka
+from kafka2pc.testing.provider import bootstrap_or_local
 from kafka2pc.testing.sink_workload import run_job
 from kafka2pc.testing.verify import create_topic
 from kafka2pc.transaction_control import TransactionControl
@@ -83,12 +83,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    service = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        service = start_kafka(BrokerSettings())
-        bootstrap = service.bootstrap_servers
-    try:
+    with bootstrap_or_local(args.bootstrap) as bootstrap:
         print(f"recovery time, P={args.subtasks}, after consecutive crashed restarts (broker {bootstrap}):")
         for crashes in (1, 5, 10):
             seconds, aborted = recovery_after_crashes(bootstrap, args.subtasks, crashes)
@@ -99,9 +94,6 @@ def main() -> int:
         pooling, incrementing = counts[TransactionNamingStrategy.POOLING], counts[
             TransactionNamingStrategy.INCREMENTING]
         print(f"  INCREMENTING / POOLING = {incrementing / pooling:.0f}x")
-    finally:
-        if service is not None:
-            service.close()
     return 0
 
 

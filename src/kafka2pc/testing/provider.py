@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kafka2pc.testing.cluster import KafkaService
 from kafka2pc.testing.settings import BrokerSettings
@@ -49,3 +51,17 @@ def start_kafka(settings: BrokerSettings | None = None, *, nodes: int = 1, backe
     from kafka2pc.testing.local import LocalKafkaCluster  # noqa: PLC0415
 
     return LocalKafkaCluster(settings, nodes=nodes).start()
+
+
+@contextmanager
+def bootstrap_or_local(bootstrap: str | None, settings: BrokerSettings | None = None) -> Iterator[str]:
+    """Yield ``bootstrap`` when given; otherwise start a Kafka (:func:`start_kafka`), yield its bootstrap servers,
+    and stop it afterwards. For scripts with a ``--bootstrap`` option (benchmarks, examples)."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    service = start_kafka(settings)
+    try:
+        yield service.bootstrap_servers
+    finally:
+        service.close()
