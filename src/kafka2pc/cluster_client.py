@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
@@ -26,6 +26,9 @@ from kafka2pc.errors import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_TRANSIENT = (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError, kafka_errors.KafkaTimeoutError,
+              kafka_errors.RequestTimedOutError, kafka_errors.UnknownBrokerIdError)
 
 _TRANSACTION_COORDINATOR = 1  # FindCoordinator key_type
 
@@ -90,9 +93,24 @@ class ClusterClient:
         found = self.broker_api_range(request_class)
         return found[1] if found is not None else -1
 
+    def _with_retries(self, call: Callable[[], _T], what: str, timeout_s: float = 30.0) -> _T:
+        """Run an idempotent read, retrying connection-level failures (a broker restarting, a leader moving)."""
+        deadline = time.monotonic() + timeout_s
+        backoff = 0.1
+        while True:
+            try:
+                return call()
+            except _TRANSIENT as exc:
+                if time.monotonic() + backoff > deadline:
+                    raise BrokerUnavailableError(f"{what}: no usable answer within {timeout_s:g} s ({exc!r})") \
+                        from exc
+                log.debug("%s failed (%r); retrying in %.1f s", what, exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
     def finalized_feature_level(self, feature: str) -> int:
         """The finalized cluster-wide level of a feature (e.g. ``transaction.version``); 0 when not finalized."""
-        features = self._admin.describe_features()
+        features = self._with_retries(self._admin.describe_features, "DescribeFeatures")
         finalized = features.get(feature, {}).get("finalized")
         return int(finalized[1]) if finalized else 0
 
@@ -100,9 +118,8 @@ class ClusterClient:
         """Values of the named configs on one broker of the cluster (None where the broker does not know one)."""
         wanted = list(names)
         broker_id = str(self.broker_ids()[0])
-        result = self._admin.describe_configs(
-            [ConfigResource(ConfigResourceType.BROKER, broker_id, wanted)], config_filter="all"
-        )
+        result = self._with_retries(lambda: self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, broker_id, wanted)], config_filter="all"), "DescribeConfigs")
         entries: dict[str, dict[str, Any]] = result.get("broker", {}).get(broker_id, {})
         return {name: (entries[name]["value"] if name in entries else None) for name in wanted}
 
@@ -112,8 +129,8 @@ class ClusterClient:
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """Partition -> leader node id for ``topic``, from a fresh Metadata request (raises if the topic is unknown)."""
-        response = self.send(MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False))
+        response = self._with_retries(lambda: self.send(MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)), "Metadata")
         self._manager.cluster.update_metadata(response)  # so the connection manager knows every node id
         for entry in response.topics:
             if entry.name != topic:
@@ -124,6 +141,11 @@ class ClusterClient:
         raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", 3, f"topic {topic!r}")
 
     # -- requests ----------------------------------------------------------------------------------------------
+
+    def send_idempotent(self, request_factory: Callable[[], Any], node_id: int | None = None, *,
+                        what: str = "request") -> Any:
+        """:meth:`send` for requests that may be repeated (reads), retrying connection-level failures."""
+        return self._with_retries(lambda: self.send(request_factory(), node_id), what)
 
     def send(self, request: Any, node_id: int | None = None) -> Any:
         """Send one request (to ``node_id``, else the least loaded broker) and return its response."""
@@ -205,9 +227,7 @@ class ClusterClient:
                 if exc.error_code not in COORDINATOR_RETRIABLE:
                     raise
                 problem = exc.error_name
-            except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError,
-                    kafka_errors.KafkaTimeoutError, kafka_errors.RequestTimedOutError,
-                    kafka_errors.UnknownBrokerIdError) as exc:
+            except _TRANSIENT as exc:
                 problem = type(exc).__name__
             else:
                 code = error_code_of(response)

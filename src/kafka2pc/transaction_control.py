@@ -6,6 +6,7 @@ Shared by :class:`~kafka2pc.TwoPhaseProducer` (recovery), the sink committer and
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -124,7 +125,9 @@ class TransactionControl:
             if use_pattern:
                 kwargs["transactional_id_pattern"] = pattern
                 version = LIST_TRANSACTIONS_PATTERN_VERSION
-            response = self.client.send(ListTransactionsRequest(min_version=version, **kwargs), node_id=broker)
+            response = self.client.send_idempotent(
+                functools.partial(ListTransactionsRequest, min_version=version, **kwargs), node_id=broker,
+                what="ListTransactions")
             if response.error_code != codes.NONE:
                 raise KafkaProtocolError("ListTransactions", error_name(response.error_code), response.error_code)
             for entry in response.transaction_states:

@@ -13,12 +13,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from importlib import resources
 from pathlib import Path
 from typing import IO
 
-from kafka2pc.testing.cluster import KafkaService
+from kafka2pc.testing.cluster import KafkaService, wait_for_brokers
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import classpath, require_tool
 from kafka2pc.testing.settings import BrokerSettings
@@ -194,6 +195,18 @@ class LocalKafkaCluster(KafkaService):
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.close(keep_logs=exc_type is not None)
+
+    def wait_ready(self, timeout_s: float = 90.0, *, expected_brokers: int | None = None) -> None:
+        """Block until every running node answers a real client call on its own port and sees the expected number
+        of unfenced brokers. (Asking one node is not enough after a kill: the controller keeps the killed node's
+        registration until its session times out, while the node itself is not listening yet.)"""
+        running = [n for n in self.nodes.values() if n.running]
+        expected = expected_brokers or len(running)
+        deadline = time.monotonic() + timeout_s
+        for node in running:
+            config = {**self.client_config, "bootstrap.servers": f"127.0.0.1:{node.port}"}
+            wait_for_brokers(config, expected, max(1.0, deadline - time.monotonic()),
+                             on_timeout=self._not_ready_detail)
 
     def _not_ready_detail(self) -> str:
         dead = [n for n in self.nodes.values() if n.process is not None and not n.running]
