@@ -19,6 +19,7 @@ from kafka2pc.errors import (
 )
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer import TransactionOutcome, TwoPhaseProducer
+from kafka2pc.sink import TransactionNamingStrategy, abort_lingering
 
 __version__ = "0.1.0.dev0"
 
@@ -35,10 +36,12 @@ __all__ = [
     "ProducerFencedError",
     "TransactionAbortableError",
     "TransactionLostError",
+    "TransactionNamingStrategy",
     "TransactionOutcome",
     "TransactionStateError",
     "TwoPhaseProducer",
     "UnsupportedByBrokerError",
     "__version__",
+    "abort_lingering",
     "probe_capabilities",
 ]
