@@ -310,6 +310,8 @@ class TwoPhaseProducer:
                          "the protocol level with DescribeTransactions and EndTxn", self.transactional_id)
             else:
                 self._raise_for_init(response.error_code)
+        # what this producer's own transactions will use once the recovered one is settled
+        self._two_phase_active = self._use_2pc
         observed = self._control.describe_settled(self.transactional_id)
         if observed is not None and observed.state == "Ongoing":
             self._kept = observed.as_prepared_state

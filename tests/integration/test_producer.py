@@ -95,6 +95,7 @@ def test_prepared_transaction_survives_writer_crash(broker, topic_factory):
     with producer(broker.bootstrap_servers, txn_id) as recovering:
         kept = recovering.init_transactions(keep_prepared_txn=True)
         assert str(kept) == stored
+        assert recovering.two_phase_commit_active is expect_active(broker)
         assert recovering.complete_transaction(PreparedTxnState.parse(stored)) is TransactionOutcome.COMMITTED
         recovering.begin_transaction()  # and the recovering producer carries on with its own transactions
         recovering.produce(topic, value=b"after-recovery")
