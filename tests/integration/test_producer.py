@@ -90,7 +90,7 @@ def test_prepared_transaction_survives_writer_crash(broker, topic_factory):
     txn_id = new_txn_id("crash")
     report = crash_writer(broker.bootstrap_servers, txn_id, topic, stage="after-prepare", count=500)
     stored = report["state"]
-    assert read_records(broker.bootstrap_servers, topic) == []  # prepared, not committed
+    assert read_records(broker.bootstrap_servers, topic, settle_s=0) == []  # prepared, not committed
 
     with producer(broker.bootstrap_servers, txn_id) as recovering:
         kept = recovering.init_transactions(keep_prepared_txn=True)

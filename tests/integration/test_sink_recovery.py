@@ -162,7 +162,7 @@ def test_recorded_decision_is_rolled_forward_after_a_crash(broker, topic_factory
             writer.write(topic, [f"s{subtask}-{i}".encode() for i in range(3)])
         prepared = [w.prepare(1) for w in writers]
         log.record(Decision(1, prepared))  # ... and the coordinator dies here
-        assert read_records(broker.bootstrap_servers, topic) == []
+        assert read_records(broker.bootstrap_servers, topic, settle_s=0) == []  # decided, not completed
 
         report = recover(control, prefix, log)
         assert report.checkpoints_rolled_forward == (1,)

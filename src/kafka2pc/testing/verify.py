@@ -86,15 +86,32 @@ def end_offsets(bootstrap: Connection, topic: str, *, isolation: str = "read_com
         consumer.close()
 
 
+def _settled_ends(bootstrap: Connection, topic: str, consumer: Consumer, partitions: list[int],
+                  settle_s: float) -> dict[int, int]:
+    """End offsets of ``consumer``'s isolation level, after waiting up to ``settle_s`` for read_committed ones to
+    reach the log end: a commit returns once the coordinator has logged it, and its markers follow a moment later."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in partitions}
+        if settle_s <= 0 or time.monotonic() > deadline:
+            return ends
+        if ends == end_offsets(bootstrap, topic, isolation="read_uncommitted"):
+            return ends
+        time.sleep(0.05)
+
+
 def read_records(bootstrap: Connection, topic: str, *, isolation: str = "read_committed",
-                 timeout_s: float = 30.0) -> list[ConsumedRecord]:
+                 timeout_s: float = 30.0, settle_s: float = 5.0) -> list[ConsumedRecord]:
     """Every record of ``topic`` a consumer of ``isolation`` sees, reading from the start up to the end offsets
-    taken when the call begins. Raises TimeoutError if those offsets are not reached in ``timeout_s``."""
+    taken when the call begins. With read_committed, first waits up to ``settle_s`` for transactions that are
+    ending to get their markers (pass 0 where transactions are deliberately left open). Raises TimeoutError if the
+    end offsets are not reached in ``timeout_s``."""
     consumer = _consumer(bootstrap, isolation)
     try:
         partitions = _partitions(consumer, topic)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                for p in partitions}
+        ends = _settled_ends(bootstrap, topic, consumer, partitions,
+                             settle_s if isolation == "read_committed" else 0.0)
         pending = {p for p in partitions if ends[p] > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         records: list[ConsumedRecord] = []
