@@ -9,13 +9,8 @@ from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListT
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
 from kafka2pc.cluster_client import ClusterClient, error_name
-
-#: InitProducerId carries Enable2Pc and KeepPreparedTxn from this version on (KIP-939).
-INIT_PRODUCER_ID_2PC_VERSION = 6
-#: ListTransactions filters by transactional-id pattern from this version on (KIP-1152).
-LIST_TRANSACTIONS_PATTERN_VERSION = 2
-#: ListTransactions filters by duration from this version on (KIP-994).
-LIST_TRANSACTIONS_DURATION_VERSION = 1
+from kafka2pc.protocol_versions import INIT_PRODUCER_ID_2PC_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
+from kafka2pc.transaction_control import init_producer_id
 
 DEFAULT_PROBE_TRANSACTIONAL_ID = "kafka2pc-doctor-probe"
 
@@ -101,18 +96,8 @@ _HINTS = {
 def _try_init(
     client: ClusterClient, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool
 ) -> tuple[bool, str]:
-    response = client.send_to_transaction_coordinator(
-        transactional_id,
-        lambda: InitProducerIdRequest(
-            transactional_id=transactional_id,
-            transaction_timeout_ms=60_000,
-            producer_id=-1,
-            producer_epoch=-1,
-            enable2_pc=enable_2pc,
-            keep_prepared_txn=keep_prepared,
-            min_version=INIT_PRODUCER_ID_2PC_VERSION,
-        ),
-    )
+    response = init_producer_id(client, transactional_id, transaction_timeout_ms=60_000, enable_2pc=enable_2pc,
+                                keep_prepared=keep_prepared, two_phase_fields=True)
     if response.error_code == 0:
         return True, f"accepted (producer id {response.producer_id}, epoch {response.producer_epoch})"
     name = error_name(response.error_code)

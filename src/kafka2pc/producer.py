@@ -7,11 +7,12 @@ records, :mod:`kafka2pc.records` encodes them. This module sends the protocol me
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -23,7 +24,6 @@ from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTx
 from kafka2pc import broker_errors as codes
 from kafka2pc import metrics
 from kafka2pc.accumulator import Batch, RecordAccumulator, TopicPartition
-from kafka2pc.capabilities import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc.cluster_client import ClusterClient, error_name
 from kafka2pc.completion import Action, ObservedTransaction
 from kafka2pc.errors import (
@@ -38,8 +38,9 @@ from kafka2pc.errors import (
 )
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer_config import ProducerConfig
+from kafka2pc.protocol_versions import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc.records import Header, encode_batch
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transaction_control import TransactionControl, init_producer_id
 from kafka2pc.txn_state import Event, State, TransactionStateMachine
 
 log = logging.getLogger(__name__)
@@ -154,13 +155,20 @@ class TwoPhaseProducer:
         sent until it is settled, so nothing aborts it.
         """
         self._machine.fire(Event.INIT)
-        try:
+        with self._initializing():
             self._learn_broker()
             if keep_prepared_txn:
                 return self._init_keeping()
             self._init_producer_id()
             self._machine.fire(Event.INIT_DONE)
             return None
+
+    @contextlib.contextmanager
+    def _initializing(self) -> Iterator[None]:
+        """While INITIALIZING: a fenced, unauthorized or misconfigured producer becomes FATAL; any other failure
+        returns it to UNINITIALIZED, so init_transactions can be called again."""
+        try:
+            yield
         except (ProducerFencedError, AuthorizationError, ConfigError) as exc:
             self._machine.fire(Event.FATAL, exc)
             raise
@@ -203,19 +211,10 @@ class TwoPhaseProducer:
 
     def _send_init(self, *, producer_id: int = -1, epoch: int = -1, keep: bool = False) -> Any:
         txn_id = self.transactional_id
-        if self._use_2pc:
-            def request() -> Any:
-                return InitProducerIdRequest(
-                    transactional_id=txn_id, transaction_timeout_ms=self._timeout_ms, producer_id=producer_id,
-                    producer_epoch=epoch, enable2_pc=True, keep_prepared_txn=keep,
-                    min_version=INIT_PRODUCER_ID_2PC_VERSION)
-        else:
-            def request() -> Any:
-                return InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=self._timeout_ms,
-                                             producer_id=producer_id, producer_epoch=epoch)
         try:
-            return self._client.send_to_transaction_coordinator(txn_id, request,
-                                                                timeout_s=self._config.max_block_ms / 1000)
+            return init_producer_id(self._client, txn_id, transaction_timeout_ms=self._timeout_ms,
+                                    producer_id=producer_id, epoch=epoch, enable_2pc=self._use_2pc,
+                                    keep_prepared=keep and self._use_2pc, timeout_s=self._config.max_block_ms / 1000)
         except AuthorizationError as exc:
             if not self._use_2pc:
                 raise
@@ -273,8 +272,7 @@ class TwoPhaseProducer:
         if code == codes.NONE:
             return
         if code in (codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH):
-            raise ProducerFencedError(f"a newer producer owns transactional id {self.transactional_id!r} "
-                                      f"({error_name(code)})")
+            raise self._fenced(error_name(code))
         if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             raise AuthorizationError(f"the principal may not use transactional id {self.transactional_id!r}: "
                                      "grant WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
@@ -283,6 +281,10 @@ class TwoPhaseProducer:
                               f"{self._timeout_ms} exceeds the broker's transaction.max.timeout.ms")
         raise KafkaProtocolError("InitProducerId", error_name(code), code,
                                  f"transactional id {self.transactional_id!r}")
+
+    def _fenced(self, detail: str) -> ProducerFencedError:
+        return ProducerFencedError(f"transactional id {self.transactional_id!r} is owned by a newer producer "
+                                   f"({detail})")
 
     def _set_producer(self, producer_id: int, epoch: int) -> None:
         self._producer_id, self._epoch = producer_id, epoch
@@ -340,14 +342,8 @@ class TwoPhaseProducer:
         self._machine.fire(Event.BEGIN)
 
     def _reinit(self) -> None:
-        try:
+        with self._initializing():
             self._init_producer_id()
-        except (ProducerFencedError, AuthorizationError, ConfigError) as exc:
-            self._machine.fire(Event.FATAL, exc)
-            raise
-        except Exception:
-            self._machine.fire(Event.INIT_FAILED)
-            raise
         self._machine.fire(Event.INIT_DONE)
 
     def produce(  # noqa: PLR0917 - positional order of confluent-kafka's Producer.produce
@@ -520,8 +516,7 @@ class TwoPhaseProducer:
             lost = TransactionLostError(self.transactional_id, ended.producer_id, ended.epoch,
                                         f"the broker already aborted it ({observed}; EndTxn said {error_name(code)})")
         else:
-            lost = ProducerFencedError(f"transactional id {self.transactional_id!r} is owned by a newer producer "
-                                       f"({error_name(code)}; coordinator reports {observed})")
+            lost = self._fenced(f"{error_name(code)}; coordinator reports {observed}")
         self._machine.fire(Event.FATAL, lost)
         raise lost
 
@@ -657,9 +652,8 @@ class TwoPhaseProducer:
                 if kind is codes.ProduceErrorKind.RETRY:
                     self._retry([batch])
                 elif kind is codes.ProduceErrorKind.FENCED:
-                    failure, fatal = ProducerFencedError(
-                        f"transactional id {self.transactional_id!r} is owned by a newer producer "
-                        f"({error_name(code)} writing {batch.topic}-{batch.partition})"), True
+                    failure = self._fenced(f"{error_name(code)} writing {batch.topic}-{batch.partition}")
+                    fatal = True
                 elif kind is codes.ProduceErrorKind.UNAUTHORIZED:
                     failure, fatal = AuthorizationError(
                         f"the principal may not write with transactional id {self.transactional_id!r}: grant WRITE "
@@ -737,8 +731,7 @@ class TwoPhaseProducer:
             return
         error: Kafka2pcError
         if code in (codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH):
-            error = ProducerFencedError(f"transactional id {self.transactional_id!r} is owned by a newer producer "
-                                        f"({error_name(code)})")
+            error = self._fenced(error_name(code))
             self._machine.fire(Event.FATAL, error)
         else:
             error = TransactionAbortableError(f"AddPartitionsToTxn failed: {error_name(code)}")

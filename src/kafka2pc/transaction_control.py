@@ -17,7 +17,6 @@ from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListT
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
 from kafka2pc import broker_errors as codes
-from kafka2pc.capabilities import LIST_TRANSACTIONS_DURATION_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
 from kafka2pc.cluster_client import ClusterClient, error_name
 from kafka2pc.completion import IN_FLUX, Action, ObservedTransaction, decide
 from kafka2pc.errors import (
@@ -28,10 +27,38 @@ from kafka2pc.errors import (
     UnsupportedByBrokerError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.protocol_versions import (
+    INIT_PRODUCER_ID_2PC_VERSION,
+    LIST_TRANSACTIONS_DURATION_VERSION,
+    LIST_TRANSACTIONS_PATTERN_VERSION,
+)
 
 log = logging.getLogger(__name__)
 
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+
+def init_producer_id(client: ClusterClient, transactional_id: str, *, transaction_timeout_ms: int,
+                     producer_id: int = -1, epoch: int = -1, enable_2pc: bool = False, keep_prepared: bool = False,
+                     two_phase_fields: bool = False, timeout_s: float = 60.0) -> Any:
+    """InitProducerId for ``transactional_id`` at its coordinator; returns the response.
+
+    With ``two_phase_fields`` (implied by ``enable_2pc`` or ``keep_prepared``) the request is pinned to v6:
+    kafka-python encodes at the negotiated version and silently drops fields it lacks, so an unpinned Enable2Pc
+    request to a v5 broker would succeed as an ordinary InitProducerId.
+    """
+    if two_phase_fields or enable_2pc or keep_prepared:
+        def request() -> Any:
+            return InitProducerIdRequest(
+                transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                producer_id=producer_id, producer_epoch=epoch, enable2_pc=enable_2pc,
+                keep_prepared_txn=keep_prepared, min_version=INIT_PRODUCER_ID_2PC_VERSION)
+    else:
+        def request() -> Any:
+            return InitProducerIdRequest(transactional_id=transactional_id,
+                                         transaction_timeout_ms=transaction_timeout_ms, producer_id=producer_id,
+                                         producer_epoch=epoch)
+    return client.send_to_transaction_coordinator(transactional_id, request, timeout_s=timeout_s)
 
 
 @attrs.frozen
@@ -180,11 +207,8 @@ class TransactionControl:
         observed = self.describe_settled(transactional_id)
         if observed is None or observed.state != "Ongoing":
             return None
-        response = self.client.send_to_transaction_coordinator(
-            transactional_id,
-            lambda: InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60_000,
-                                          producer_id=-1, producer_epoch=-1),
-            timeout_s=self.timeout_s)
+        response = init_producer_id(self.client, transactional_id, transaction_timeout_ms=60_000,
+                                    timeout_s=self.timeout_s)
         if response.error_code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             raise AuthorizationError(f"the principal may not abort transactions of {transactional_id!r}: grant "
                                      "WRITE on it")
