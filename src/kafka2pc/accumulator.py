@@ -45,6 +45,8 @@ class RecordAccumulator:
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
+        #: smaller limits of single topics (their max.message.bytes, less the batch header)
+        self.topic_limits: dict[str, int] = {}
         self._open: dict[TopicPartition, _OpenBatch] = {}
         self._closed: dict[TopicPartition, deque[Batch]] = {}
         self.buffered_bytes = 0
@@ -57,7 +59,7 @@ class RecordAccumulator:
         if current is None:
             current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
         record = encode_record(current.count, timestamp - current.base_timestamp, key, value, headers)
-        if current.count and current.size + len(record) > self.batch_size:
+        if current.count and current.size + len(record) > self.limit(tp[0]):
             self._close(tp)
             current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
             record = encode_record(0, 0, key, value, headers)
@@ -76,12 +78,13 @@ class RecordAccumulator:
             self._close(tp)
         start = 0
         total = len(values)
+        limit = self.limit(tp[0])
         while start < total:
             end, size = start, 0
             while end < total:
                 key = keys[end] if keys is not None else None
                 size += len(values[end]) + (len(key) if key else 0) + _RECORD_OVERHEAD
-                if size > self.batch_size and end > start:
+                if size > limit and end > start:
                     break
                 end += 1
             chunk_keys = keys[start:end] if keys is not None else None
@@ -93,6 +96,10 @@ class RecordAccumulator:
             start = end
             if on_batch is not None:
                 on_batch()
+
+    def limit(self, topic: str) -> int:
+        """The most bytes of records one batch of ``topic`` holds."""
+        return min(self.batch_size, self.topic_limits.get(topic, self.batch_size))
 
     def _close(self, tp: TopicPartition) -> None:
         current = self._open.pop(tp)

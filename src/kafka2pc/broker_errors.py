@@ -17,6 +17,22 @@ TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
 DUPLICATE_SEQUENCE_NUMBER = kafka_errors.DuplicateSequenceNumberError.errno
 PRODUCER_FENCED = kafka_errors.ProducerFencedError.errno
 TRANSACTIONAL_ID_NOT_FOUND = kafka_errors.TransactionalIdNotFoundError.errno
+INVALID_PRODUCER_ID_MAPPING = kafka_errors.InvalidProducerIdMappingError.errno
+CONCURRENT_TRANSACTIONS = kafka_errors.ConcurrentTransactionsError.errno
+COORDINATOR_LOAD_IN_PROGRESS = kafka_errors.CoordinatorLoadInProgressError.errno
+COORDINATOR_NOT_AVAILABLE = kafka_errors.CoordinatorNotAvailableError.errno
+NOT_COORDINATOR = kafka_errors.NotCoordinatorError.errno
+MESSAGE_TOO_LARGE = kafka_errors.MessageSizeTooLargeError.errno
+RECORD_LIST_TOO_LARGE = kafka_errors.RecordListTooLargeError.errno
+
+#: Error codes after which a request to a transaction coordinator is sent again, to a freshly looked-up coordinator.
+COORDINATOR_RETRIABLE = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+                                   CONCURRENT_TRANSACTIONS})
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, e.g. ``UNSUPPORTED_VERSION``."""
+    return str(getattr(kafka_errors.for_code(code), "message", f"ERROR_{code}"))
 
 
 class ProduceErrorKind(enum.Enum):

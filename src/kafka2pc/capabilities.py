@@ -8,9 +8,10 @@ import attrs
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
-from kafka2pc.cluster_client import ClusterClient, error_name
+from kafka2pc.broker_errors import error_name
+from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.protocol_versions import INIT_PRODUCER_ID_2PC_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
-from kafka2pc.transaction_control import init_producer_id
+from kafka2pc.transport import init_producer_id
 
 DEFAULT_PROBE_TRANSACTIONAL_ID = "kafka2pc-doctor-probe"
 

@@ -134,7 +134,7 @@ def txns_abort(control: TransactionControl, args: argparse.Namespace) -> int:
 def txns_find_hanging(control: TransactionControl, args: argparse.Namespace) -> int:
     threshold = args.older_than
     if threshold is None:
-        configured = control.client.broker_configs(["transaction.max.timeout.ms"])["transaction.max.timeout.ms"]
+        configured = control.broker_config("transaction.max.timeout.ms")
         threshold = int(configured or 900_000) + 5 * 60_000
     now = int(time.time() * 1000)
     rows = []

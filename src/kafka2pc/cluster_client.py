@@ -17,6 +17,7 @@ import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from kafka2pc.broker_errors import COORDINATOR_RETRIABLE, error_name
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
     AuthorizationError,
@@ -31,19 +32,6 @@ _TRANSIENT = (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError,
               kafka_errors.RequestTimedOutError, kafka_errors.UnknownBrokerIdError)
 
 _TRANSACTION_COORDINATOR = 1  # FindCoordinator key_type
-
-#: Error codes after which a request to a transaction coordinator is sent again, to a freshly looked-up coordinator.
-COORDINATOR_RETRIABLE = frozenset({
-    kafka_errors.CoordinatorLoadInProgressError.errno,
-    kafka_errors.CoordinatorNotAvailableError.errno,
-    kafka_errors.NotCoordinatorError.errno,
-    kafka_errors.ConcurrentTransactionsError.errno,
-})
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for an error code, e.g. ``UNSUPPORTED_VERSION``."""
-    return str(getattr(kafka_errors.for_code(code), "message", f"ERROR_{code}"))
 
 
 class ClusterClient:
@@ -121,6 +109,14 @@ class ClusterClient:
         result = self._with_retries(lambda: self._admin.describe_configs(
             [ConfigResource(ConfigResourceType.BROKER, broker_id, wanted)], config_filter="all"), "DescribeConfigs")
         entries: dict[str, dict[str, Any]] = result.get("broker", {}).get(broker_id, {})
+        return {name: (entries[name]["value"] if name in entries else None) for name in wanted}
+
+    def topic_configs(self, topic: str, names: Iterable[str]) -> dict[str, str | None]:
+        """Effective values of the named configs of ``topic`` (None where one cannot be read)."""
+        wanted = list(names)
+        result = self._with_retries(lambda: self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, wanted)], config_filter="all"), "DescribeConfigs")
+        entries: dict[str, dict[str, Any]] = result.get("topic", {}).get(topic, {})
         return {name: (entries[name]["value"] if name in entries else None) for name in wanted}
 
     def broker_ids(self) -> list[int]:

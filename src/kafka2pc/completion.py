@@ -1,14 +1,20 @@
-"""Deciding what ``complete_transaction(state)`` must do, from what the coordinator reports. Pure; no I/O.
+"""The one interpreter of how a transaction ends: judge what the coordinator reports, and drive a transaction to a
+goal (commit it, abort it, or learn its fate) with EndTxn and DescribeTransactions. Pure; no I/O.
 
-A transaction is identified by its producer id and epoch. kafka2pc makes that identity unique per transaction:
+A transaction is identified by its producer id and epoch. kafka2pc keeps that identity unique per transaction:
 
 * transaction protocol v2 (KIP-890, Kafka 4.x): the coordinator bumps the epoch when a transaction ends, so the
   transaction run at epoch *e* ends as ``CompleteCommit``/``CompleteAbort`` at *e + 1* (timeouts and fencing
-  included; measured on Apache Kafka 4.4.0, see docs/producer.md);
-* transaction protocol v1 (Kafka 3.x): the coordinator keeps the epoch across transactions, so kafka2pc bumps it
-  twice with InitProducerId before each new transaction. Transaction *e* then ends as ``CompleteCommit(e)``,
-  ``CompleteAbort(e)`` (aborted by the producer) or ``CompleteAbort(e + 1)`` (aborted by the coordinator on timeout
-  or fencing), and the next transaction of this producer starts at *e + 2* so none of those can be confused with it.
+  included; measured on Apache Kafka 4.4.0, see docs/producer.md). kafka2pc never runs a transaction at an epoch
+  whose end would exhaust the epoch and rotate the producer id (:data:`MAX_TRANSACTION_EPOCH`).
+* transaction protocol v1 (Kafka 3.x): the coordinator keeps the epoch across transactions, so every kafka2pc
+  producer leaves at least two epochs between the end of one transaction and the next (its first one included, after
+  a fresh InitProducerId). Transaction *e* then ends as ``CompleteCommit(e)``, ``CompleteAbort(e)`` (aborted by
+  EndTxn) or ``CompleteAbort(e + 1)`` (aborted by the coordinator on timeout or fencing), and none of those can
+  belong to another transaction.
+
+Every verdict is a fact the coordinator's state implies under those rules; where it implies nothing, the verdict is
+:attr:`Fate.UNKNOWN` and callers raise :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` rather than guess.
 """
 
 from __future__ import annotations
@@ -17,68 +23,257 @@ import enum
 
 import attrs
 
-from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc import broker_errors as codes
+from kafka2pc.coordinator_messages import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    IN_FLUX,
+    ONGOING,
+    Answer,
+    Command,
+    Described,
+    DescribeTransaction,
+    EndAnswer,
+    EndTxn,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+)
+from kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnavailableError,
+    KafkaProtocolError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+)
+from kafka2pc.prepared_state import MAX_EPOCH, PreparedTxnState
 
-ONGOING = "Ongoing"
-PREPARE_COMMIT = "PrepareCommit"
-PREPARE_ABORT = "PrepareAbort"
-COMPLETE_COMMIT = "CompleteCommit"
-COMPLETE_ABORT = "CompleteAbort"
-PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-#: states in which the coordinator is still writing markers or fencing: look again shortly.
-IN_FLUX = frozenset({PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE})
+#: The highest epoch kafka2pc runs a transaction at: ending it (v2), or a coordinator abort of it (v1), moves the
+#: epoch to at most 32766 without exhausting it, so the producer id never rotates under a prepared transaction.
+MAX_TRANSACTION_EPOCH = MAX_EPOCH - 2
+#: InitProducerId's timeout when it only fences (v1, after a conditional abort): any broker maximum allows it.
+FENCE_TIMEOUT_MS = 1000
+#: Look-ups while the coordinator is still writing markers: backoff of the n-th look-up, capped.
+_LOOK_AGAIN_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+_RETRY_AFTER_ERROR = frozenset({codes.INVALID_TXN_STATE, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH,
+                                codes.INVALID_PRODUCER_ID_MAPPING})
+
+
+class TransactionOutcome(enum.Enum):
+    """How a transaction ended."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Fate(enum.Enum):
+    """What the coordinator's state implies about one transaction."""
+
+    PENDING = "ongoing: it can still be committed or aborted"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    NEVER_STARTED = "the coordinator never ran a transaction at that producer id and epoch"
+    UNKNOWN = "not ongoing, and the coordinator's state no longer says how it ended"
+    IN_FLUX = "the coordinator is still ending or fencing a transaction"
 
 
 @attrs.frozen
-class ObservedTransaction:
-    """What DescribeTransactions reported for a transactional id."""
+class Judgement:
+    """A :class:`Fate`, why, and whether another transaction is ongoing on the transactional id."""
 
-    state: str
-    producer_id: int
-    epoch: int
+    fate: Fate
+    reason: str
+    other_pending: ProducerIdentity | None = None
+
+
+def judge(requested: PreparedTxnState, observed: ObservedTransaction | None, transaction_version: int) -> Judgement:
+    """What ``observed`` (DescribeTransactions; None: the id is unknown) implies about ``requested``."""
+    if observed is not None and observed.state in IN_FLUX:
+        return Judgement(Fate.IN_FLUX, f"coordinator reports {observed}")
+    other = observed.identity if observed is not None and observed.state == ONGOING else None
+    if requested.is_empty:
+        return Judgement(Fate.NEVER_STARTED, "no transaction was requested", other)
+    if observed is None:
+        return Judgement(Fate.UNKNOWN, "the coordinator has no record of the transactional id (it expired after "
+                                       "transactional.id.expiration.ms, or was never used on this cluster)")
+    seen = f"coordinator reports {observed}"
+    if observed.producer_id != requested.producer_id:
+        return Judgement(Fate.UNKNOWN, f"{seen}: the id has another producer id since", other)
+    lag = observed.epoch - requested.epoch
+    if observed.state == ONGOING:
+        if lag == 0:
+            return Judgement(Fate.PENDING, seen)
+        if lag < 0:
+            return Judgement(Fate.NEVER_STARTED, f"{seen}, an earlier epoch", other)
+        return Judgement(Fate.UNKNOWN, f"{seen}: a later transaction has started since", other)
+    if observed.state not in (COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY):
+        return Judgement(Fate.UNKNOWN, seen)
+    ended_at = (0,) if transaction_version < 2 else (1,)
+    aborted_at = (0, 1) if transaction_version < 2 else (1,)
+    if observed.state == COMPLETE_COMMIT and lag in ended_at:
+        return Judgement(Fate.COMMITTED, seen)
+    if observed.state == COMPLETE_ABORT and lag in aborted_at:
+        return Judgement(Fate.ABORTED, seen)
+    # v2: a transaction at e leaves the epoch at >= e + 1 once it registers; v1: it leaves Empty(e) behind for good
+    if lag < 0 or (lag == 0 and (transaction_version >= 2 or observed.state == EMPTY)):
+        return Judgement(Fate.NEVER_STARTED, seen)
+    return Judgement(Fate.UNKNOWN, f"{seen}: the id has moved on since")
+
+
+class Goal(enum.Enum):
+    """What a :class:`Completion` is for."""
+
+    COMMIT = "commit exactly the requested transaction"
+    ABORT = "abort exactly the requested transaction"
+    LOOK_UP = "report the requested transaction's fate, ending nothing"
+
+
+@attrs.frozen
+class Settled:
+    """The end of a :class:`Completion`.
+
+    ``outcome`` is None only for :attr:`Goal.LOOK_UP` when the transaction (or another one) is still ongoing.
+    ``next_identity`` is the identity the coordinator holds right after this transaction ended by this completion
+    (what a transaction protocol v2 producer continues with), when known.
+    """
+
+    outcome: TransactionOutcome | None
+    fate: Fate
+    detail: str
+    ended_now: bool = False
+    next_identity: ProducerIdentity | None = None
+    pending: ProducerIdentity | None = None
+
+
+class Completion:
+    """Drives one transaction of one transactional id to a :class:`Goal`: call :meth:`start`, send the command it
+    returns, pass the answer to :meth:`on_answer`, and repeat until it returns :class:`Settled`.
+
+    COMMIT and ABORT first send the EndTxn itself, which Kafka makes exact and idempotent: conditional on the producer
+    id and epoch, and answered with NONE when retried after it succeeded. Only an error or a lost answer costs a
+    DescribeTransactions and a :func:`judge`. With ``fence_after_abort`` (protocol v1, where an abort does not bump the
+    epoch) a successful abort is followed by an InitProducerId bump of the same identity, so a zombie writer cannot
+    reopen the transaction; it fails harmlessly if the id has moved on.
+
+    Raises :class:`~kafka2pc.errors.TransactionLostError` when a commit is impossible (aborted, or never started),
+    :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` when the fate cannot be known, and
+    :class:`~kafka2pc.errors.AuthorizationError`/:class:`~kafka2pc.errors.KafkaProtocolError` on other errors.
+    """
+
+    def __init__(self, transactional_id: str, requested: PreparedTxnState, goal: Goal, transaction_version: int, *,
+                 fence_after_abort: bool = False, max_look_ups: int = 40):
+        if requested.is_empty and goal is not Goal.LOOK_UP:
+            raise ValueError("only a non-empty transaction can be committed or aborted")
+        self.transactional_id = transactional_id
+        self.requested = requested
+        self.goal = goal
+        self.transaction_version = transaction_version
+        self.fence_after_abort = fence_after_abort
+        self._look_ups_left = max_look_ups
+        self._look_ups = 0
+        self._ends_left = 3
+        self._last_observed: ObservedTransaction | None = None
+        self._fencing = False
+        self._last_answer = ""
 
     @property
-    def as_prepared_state(self) -> PreparedTxnState:
-        """The handle of this transaction, if it is ongoing."""
-        return PreparedTxnState(self.producer_id, self.epoch)
+    def _identity(self) -> ProducerIdentity:
+        return ProducerIdentity.of(self.requested)
+
+    def _end(self) -> EndTxn:
+        self._ends_left -= 1
+        return EndTxn(self._identity, self.goal is Goal.COMMIT, self.transaction_version)
+
+    def start(self) -> Command:
+        """The first command."""
+        if self.goal is Goal.LOOK_UP:
+            return self._describe()
+        return self._end()
+
+    def _describe(self) -> DescribeTransaction:
+        if self._look_ups_left <= 0:
+            raise self._unknown(f"no settled answer after {self._look_ups} look-ups ({self._last_answer})")
+        self._look_ups_left -= 1
+        delay = _LOOK_AGAIN_S[min(self._look_ups, len(_LOOK_AGAIN_S) - 1)] if self._look_ups else 0.0
+        self._look_ups += 1
+        return DescribeTransaction(after_s=delay)
+
+    def on_answer(self, answer: Answer) -> Command | Settled:
+        """The next command, or the settled result."""
+        if self._fencing:
+            return Settled(TransactionOutcome.ABORTED, Fate.ABORTED,
+                           f"aborted and fenced ({_describe_answer(answer)})", ended_now=True)
+        if isinstance(answer, EndAnswer):
+            return self._after_end(answer)
+        if isinstance(answer, Described):
+            self._last_observed = answer.observed
+            return self._after_look_up(judge(self.requested, answer.observed, self.transaction_version))
+        if isinstance(answer, NoAnswer):
+            raise BrokerUnavailableError(f"transaction {self.requested} of {self.transactional_id!r}: "
+                                         f"{answer.reason}; whether it ended is not known yet: retry")
+        raise TypeError(f"unexpected answer {answer!r}")
+
+    def _after_end(self, answer: EndAnswer) -> Command | Settled:
+        if answer.error == codes.NONE:
+            if self.goal is Goal.ABORT and self.fence_after_abort:
+                self._fencing = True
+                return InitProducerId(FENCE_TIMEOUT_MS, expected=self._identity)
+            if self.goal is Goal.COMMIT:
+                return Settled(TransactionOutcome.COMMITTED, Fate.COMMITTED, "EndTxn accepted", ended_now=True,
+                               next_identity=answer.next_identity)
+            return Settled(TransactionOutcome.ABORTED, Fate.ABORTED, "EndTxn accepted", ended_now=True,
+                           next_identity=answer.next_identity)
+        self._last_answer = f"EndTxn answered {codes.error_name(answer.error)}"
+        if answer.error == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise AuthorizationError(f"the principal may not end transactions of {self.transactional_id!r}: grant "
+                                     "WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+        if answer.error not in _RETRY_AFTER_ERROR:
+            raise KafkaProtocolError("EndTxn", codes.error_name(answer.error), answer.error,
+                                     f"transaction {self.requested} of {self.transactional_id!r}")
+        return self._describe()
+
+    def _after_look_up(self, verdict: Judgement) -> Command | Settled:
+        fate = verdict.fate
+        if fate is Fate.IN_FLUX:
+            return self._describe()
+        if fate is Fate.PENDING:
+            if self.goal is Goal.LOOK_UP:
+                return Settled(None, fate, verdict.reason, pending=self._identity)
+            if self._ends_left <= 0:
+                raise self._unknown(f"still ongoing after repeated EndTxn ({self._last_answer})")
+            return self._end()
+        if fate is Fate.COMMITTED:
+            if self.goal is Goal.ABORT:
+                return Settled(TransactionOutcome.COMMITTED, fate, verdict.reason)
+            return Settled(TransactionOutcome.COMMITTED, fate, verdict.reason, next_identity=self._next_identity(),
+                           pending=verdict.other_pending)
+        if fate in (Fate.ABORTED, Fate.NEVER_STARTED):
+            if self.goal is Goal.COMMIT:
+                why = "the broker aborted it" if fate is Fate.ABORTED else fate.value
+                raise TransactionLostError(self.transactional_id, self.requested.producer_id, self.requested.epoch,
+                                           f"{why} ({verdict.reason})")
+            next_identity = self._next_identity() if fate is Fate.ABORTED else None
+            return Settled(TransactionOutcome.ABORTED, fate, f"{fate.value} ({verdict.reason})",
+                           next_identity=next_identity, pending=verdict.other_pending)
+        raise self._unknown(verdict.reason, pending=verdict.other_pending)
+
+    def _next_identity(self) -> ProducerIdentity | None:
+        observed = self._last_observed
+        return None if observed is None else observed.identity
+
+    def _unknown(self, reason: str, pending: ProducerIdentity | None = None) -> TransactionOutcomeUnknownError:
+        return TransactionOutcomeUnknownError(self.transactional_id, str(self.requested), reason,
+                                              observed=None if self._last_observed is None
+                                              else str(self._last_observed),
+                                              other_pending=None if pending is None else str(pending))
 
 
-class Action(enum.Enum):
-    """What the I/O layer does next."""
-
-    COMMIT_ONGOING = "commit the ongoing transaction: it is the requested one"
-    ABORT_ONGOING = "abort the ongoing transaction: it is not the requested one"
-    ALREADY_COMMITTED = "the requested transaction is already committed"
-    ALREADY_ABORTED = "the requested transaction was already aborted"
-    NOTHING_PENDING = "nothing is ongoing and the requested transaction is not the last one ended"
-    LOOK_AGAIN = "the coordinator is completing a transaction; describe again shortly"
-
-
-def decide(requested: PreparedTxnState, observed: ObservedTransaction | None, *, transaction_version: int) -> Action:
-    """The action that completes ``requested`` exactly, given the coordinator's view ``observed``.
-
-    ``observed`` is None when the coordinator does not know the transactional id.
-    """
-    if observed is None:
-        return Action.NOTHING_PENDING
-    if observed.state in IN_FLUX:
-        return Action.LOOK_AGAIN
-    same_producer = not requested.is_empty and observed.producer_id == requested.producer_id
-    if observed.state == ONGOING:
-        if same_producer and observed.epoch == requested.epoch:
-            return Action.COMMIT_ONGOING
-        return Action.ABORT_ONGOING
-    if not same_producer:
-        return Action.NOTHING_PENDING
-    offset = observed.epoch - requested.epoch
-    if transaction_version >= 2:
-        if offset == 1 and observed.state == COMPLETE_COMMIT:
-            return Action.ALREADY_COMMITTED
-        if offset == 1 and observed.state == COMPLETE_ABORT:
-            return Action.ALREADY_ABORTED
-        return Action.NOTHING_PENDING
-    if offset == 0 and observed.state == COMPLETE_COMMIT:
-        return Action.ALREADY_COMMITTED
-    if offset in (0, 1) and observed.state == COMPLETE_ABORT:
-        return Action.ALREADY_ABORTED
-    return Action.NOTHING_PENDING
+def _describe_answer(answer: Answer) -> str:
+    if isinstance(answer, InitAnswer):
+        return f"InitProducerId answered {codes.error_name(answer.error)}"
+    if isinstance(answer, NoAnswer):
+        return f"InitProducerId got no answer: {answer.reason}"
+    return repr(answer)

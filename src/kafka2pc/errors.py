@@ -71,3 +71,26 @@ class TransactionLostError(Kafka2pcError):
 
 class AuthorizationError(Kafka2pcError):
     """The principal lacks an ACL the operation needs; the message names it."""
+
+
+class TransactionOutcomeUnknownError(Kafka2pcError):
+    """What became of a transaction cannot be known: it is not ongoing, and the coordinator's state no longer says
+    whether it committed (a later transaction of the id has ended since, or the id expired). Nothing was guessed;
+    the attributes say what is known."""
+
+    def __init__(self, transactional_id: str, requested: str, reason: str, *, observed: str | None = None,
+                 other_pending: str | None = None) -> None:
+        super().__init__(f"the outcome of transaction {requested} of transactional id {transactional_id!r} cannot be "
+                         f"known: {reason}")
+        self.transactional_id = transactional_id
+        self.requested = requested
+        self.reason = reason
+        #: DescribeTransactions' last answer, e.g. "CompleteCommit at 7:12"
+        self.observed = observed
+        #: the producer id and epoch of another transaction ongoing on the id, if any
+        self.other_pending = other_pending
+
+
+class RecordTooLargeError(Kafka2pcError, ValueError):
+    """A record is larger than ``max.request.size`` or its topic's ``max.message.bytes``. It was not added to the
+    transaction, which is unaffected."""

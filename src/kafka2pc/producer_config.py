@@ -42,7 +42,7 @@ def _int(key: str, value: object, *, minimum: int) -> int:
 PRODUCER_KEYS = frozenset({
     "transactional.id", "linger.ms", "batch.size", "compression.type", "transaction.timeout.ms",
     "delivery.timeout.ms", "max.block.ms", "retry.backoff.ms", "enable.idempotence", "acks",
-    "max.in.flight.requests.per.connection", "transaction.two.phase.commit.enable",
+    "max.in.flight.requests.per.connection", "transaction.two.phase.commit.enable", "max.request.size",
 })
 
 
@@ -63,6 +63,8 @@ class ProducerConfig:
     delivery_timeout_ms: int = 120_000
     max_block_ms: int = 60_000
     retry_backoff_ms: int = 100
+    #: the largest record (in a batch of its own) produce() accepts; Kafka's default
+    max_request_size: int = 1_048_576
 
     @classmethod
     def from_dict(cls, config: Mapping[str, object], *, two_phase_commit: bool) -> ProducerConfig:
@@ -90,6 +92,7 @@ class ProducerConfig:
         batch_size = _int("batch.size", config.get("batch.size", 1_000_000), minimum=1)
         if batch_size > 64 * 1024 * 1024:
             raise ConfigError("batch.size", "must be at most 64 MiB")
+        max_request_size = _int("max.request.size", config.get("max.request.size", 1_048_576), minimum=1)
         return cls(
             client=client,
             transactional_id=txn_id,
@@ -102,4 +105,5 @@ class ProducerConfig:
             delivery_timeout_ms=_int("delivery.timeout.ms", config.get("delivery.timeout.ms", 120_000), minimum=1),
             max_block_ms=_int("max.block.ms", config.get("max.block.ms", 60_000), minimum=1),
             retry_backoff_ms=_int("retry.backoff.ms", config.get("retry.backoff.ms", 100), minimum=0),
+            max_request_size=max_request_size,
         )

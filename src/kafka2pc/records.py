@@ -11,6 +11,7 @@ import struct
 from collections.abc import Sequence
 from functools import lru_cache
 
+import attrs
 import crc32c as _crc32c
 from kafka import codec
 
@@ -117,3 +118,61 @@ def encode_batch(records: bytes, record_count: int, *, base_timestamp: int, max_
     crc = _crc32c.crc32c(after_crc)
     length = len(after_crc) + 9  # partitionLeaderEpoch + magic + crc
     return _PREFIX.pack(0, length, -1, MAGIC, crc) + after_crc
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+#: the most bytes a record takes beyond its key, value and headers (length, attributes, deltas, field lengths)
+RECORD_FRAME_BOUND = 21
+
+
+def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None = None) -> int:
+    """An upper bound of the bytes one record takes in a batch of its own, batch header included."""
+    header_bytes = sum(len(k.encode()) + len(v or b"") + 10 for k, v in headers or ())
+    return BATCH_OVERHEAD + RECORD_FRAME_BOUND + len(key or b"") + len(value or b"") + header_bytes
+
+
+@attrs.frozen
+class RecordRun:
+    """Encoded records (see :func:`encode_record`) with offset deltas 0..count-1, and their largest timestamp
+    delta."""
+
+    records: bytes
+    count: int
+    max_timestamp_delta: int
+
+
+def split_records(records: bytes, count: int) -> tuple[RecordRun, RecordRun]:
+    """Split encoded records into two halves; the second half's offset deltas are renumbered from 0. For a batch the
+    broker refused as too large (the sequence numbers are then assigned anew)."""
+    if count < 2:
+        raise ValueError("a single record cannot be split")
+    half = count // 2
+    first, second = bytearray(), bytearray()
+    first_max = second_max = 0
+    pos = 0
+    for index in range(count):
+        length, body_start = _read_varint(records, pos)
+        end = body_start + length
+        timestamp_delta, after_timestamp = _read_varint(records, body_start + 1)
+        _, after_offset = _read_varint(records, after_timestamp)
+        if index < half:
+            first += records[pos:end]
+            first_max = max(first_max, timestamp_delta)
+        else:
+            body = records[body_start:after_timestamp] + varint(index - half) + records[after_offset:end]
+            second += varint(len(body)) + body
+            second_max = max(second_max, timestamp_delta)
+        pos = end
+    if pos != len(records):
+        raise ValueError(f"records end at {pos}, not at {len(records)}")
+    return RecordRun(bytes(first), half, first_max), RecordRun(bytes(second), count - half, second_max)

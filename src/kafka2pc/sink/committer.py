@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from kafka2pc import metrics
-from kafka2pc.errors import TransactionLostError
+from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.transaction_control import TransactionControl
@@ -22,26 +22,29 @@ class Committer:
         self.decision_log = decision_log
 
     def commit(self, decision: Decision) -> list[PreparedTransaction]:
-        """Record ``decision``, commit every transaction of it, mark it done; returns them (their ids are free)."""
+        """Record ``decision`` (the commit point), commit every transaction of it, mark it done; returns them (their
+        ids are free again)."""
         self.decision_log.record(decision)
         self.roll_forward(decision)
         return list(decision.transactions)
 
     def roll_forward(self, decision: Decision) -> None:
-        """Commit every transaction of an already recorded ``decision`` (idempotent), then mark it done."""
+        """Commit every transaction of an already recorded ``decision`` (idempotent), then mark it done.
+
+        A transaction that can never commit raises :class:`~kafka2pc.errors.TransactionLostError`, one whose fate
+        cannot be known :class:`~kafka2pc.errors.TransactionOutcomeUnknownError`; the decision then stays undone."""
         for txn in decision.transactions:
             try:
-                committed = self.control.complete(txn.transactional_id, txn.state)
+                settled = self.control.commit(txn.transactional_id, txn.state)
             except TransactionLostError:
                 metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
+                log.error("checkpoint %d decided to commit %s of %r, which can never commit", decision.checkpoint,
+                          txn.state, txn.transactional_id)
                 raise
-            if committed:
+            except TransactionOutcomeUnknownError:
+                metrics.TRANSACTIONS_ENDED.labels(outcome="unknown").inc()
+                raise
+            if settled.ended_now:
                 metrics.TRANSACTIONS_ENDED.labels(outcome="committed").inc()
-            else:
-                metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
-                raise TransactionLostError(
-                    txn.transactional_id, txn.state.producer_id, txn.state.epoch,
-                    f"checkpoint {decision.checkpoint} decided to commit it, but the broker has neither it ongoing "
-                    "nor as the last transaction of the id (was the id used by someone else, or did it expire?)")
         self.decision_log.mark_done(decision.checkpoint)
         log.debug("checkpoint %d: %d transaction(s) committed", decision.checkpoint, len(decision.transactions))

@@ -26,6 +26,11 @@ class DecisionLogCorruptError(Kafka2pcError):
     """A decision record cannot be read, or belongs to another prefix; recovery stops before touching anything."""
 
 
+class DecisionConflictError(Kafka2pcError):
+    """A checkpoint was recorded with another decision, or is older than the last recorded one. A decision, once
+    recorded, is the commit point: it is never replaced, and no checkpoint goes back."""
+
+
 def _as_tuple(items: Iterable[PreparedTransaction]) -> tuple[PreparedTransaction, ...]:
     return tuple(items)
 
@@ -48,7 +53,9 @@ class DecisionLog(Protocol):
     returns, and must fail loudly on records they cannot read."""
 
     def record(self, decision: Decision) -> None:
-        """Durably store ``decision`` (not yet done)."""
+        """Durably store ``decision`` (not yet done). Recording the same decision again is a no-op; a different
+        decision for a recorded checkpoint, or a checkpoint below the last recorded one, raises
+        :class:`DecisionConflictError`."""
 
     def mark_done(self, checkpoint: int) -> None:
         """Durably note that every transaction of ``checkpoint`` is completed."""
@@ -110,12 +117,27 @@ class FileDecisionLog:
         return self.directory / f"{checkpoint:020d}.done"
 
     def record(self, decision: Decision) -> None:
+        """See :meth:`DecisionLog.record`. Why both refusals: overwriting a recorded checkpoint would change what was
+        decided after the commit point (and, were it already done, hide the new decision from :meth:`undone`); a
+        checkpoint below the last recorded one may be a decided one whose record was pruned, and deciding it again
+        could commit a second copy of its data."""
         for txn in decision.transactions:
             if not self.grammar.owns(txn.transactional_id):
                 raise ValueError(f"{txn.transactional_id!r} is not an id of prefix {self.grammar.prefix!r}")
         body = {"format": FORMAT, "prefix": self.grammar.prefix, "checkpoint": decision.checkpoint,
                 "transactions": [t.to_json() for t in decision.transactions], "metadata": dict(decision.metadata)}
-        atomic_write(self._decision_path(decision.checkpoint), json.dumps(body, sort_keys=True).encode())
+        encoded = json.dumps(body, sort_keys=True).encode()
+        existing = self.decision(decision.checkpoint)
+        if existing is not None:
+            if self._decision_path(decision.checkpoint).read_bytes() == encoded:
+                return
+            raise DecisionConflictError(f"checkpoint {decision.checkpoint} is already recorded in {self.directory} "
+                                        "with another decision; a recorded decision is never replaced")
+        last = self.last_checkpoint()
+        if last is not None and decision.checkpoint < last:
+            raise DecisionConflictError(f"checkpoint {decision.checkpoint} is below the last recorded checkpoint "
+                                        f"{last} in {self.directory}: checkpoints never go back")
+        atomic_write(self._decision_path(decision.checkpoint), encoded)
 
     def mark_done(self, checkpoint: int) -> None:
         if not self._decision_path(checkpoint).exists():

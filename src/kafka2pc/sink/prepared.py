@@ -18,13 +18,17 @@ class PreparedTransaction:
     subtask: int = attrs.field(validator=attrs.validators.instance_of(int))
     checkpoint: int = attrs.field(validator=attrs.validators.instance_of(int))
 
+    def __attrs_post_init__(self) -> None:
+        if self.state.is_empty:
+            raise ValueError(f"{self.transactional_id!r}: an empty transaction is never handed over")
+
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
+        """A JSON-ready dict (the transaction protocol is recorded, so completion never has to infer it)."""
         return {"transactional_id": self.transactional_id, "state": str(self.state), "subtask": self.subtask,
-                "checkpoint": self.checkpoint}
+                "checkpoint": self.checkpoint, "transaction_version": self.state.transaction_version}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedTransaction:
         """The inverse of :meth:`to_json`; raises KeyError/ValueError/TypeError on a malformed dict."""
-        return cls(data["transactional_id"], PreparedTxnState.parse(data["state"]), data["subtask"],
-                   data["checkpoint"])
+        state = PreparedTxnState.parse(data["state"], transaction_version=data.get("transaction_version"))
+        return cls(data["transactional_id"], state, data["subtask"], data["checkpoint"])

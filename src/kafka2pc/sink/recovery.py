@@ -34,22 +34,22 @@ class RecoveryReport:
     seconds: float
 
 
-def _open_ids(control: TransactionControl, grammar: TransactionalIdGrammar) -> list[str]:
-    listed = control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
-    return [listing.transactional_id for listing in listed if grammar.owns(listing.transactional_id)]
-
-
 def abort_open_transactions(control: TransactionControl, grammar: TransactionalIdGrammar,
                             keep: Collection[str] = ()) -> list[str]:
-    """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted."""
+    """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted.
+
+    The listing is complete or raises (:class:`~kafka2pc.transport.IncompleteListingError`) before anything is
+    aborted. Each abort is conditional on the producer id listed and the producer id and epoch described: a
+    transaction that started on the id since is left alone."""
     kept = set(keep)
+    listed = control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
     aborted = []
-    for transactional_id in _open_ids(control, grammar):
-        if transactional_id in kept:
+    for listing in listed:
+        if not grammar.owns(listing.transactional_id) or listing.transactional_id in kept:
             continue
-        if control.abort_ongoing(transactional_id) is not None:
-            log.info("aborted lingering transaction of %r", transactional_id)
-            aborted.append(transactional_id)
+        if control.abort_ongoing(listing.transactional_id, producer_id=listing.producer_id) is not None:
+            log.info("aborted lingering transaction of %r", listing.transactional_id)
+            aborted.append(listing.transactional_id)
     return aborted
 
 

@@ -72,7 +72,9 @@ class SubtaskWriter:
 
     def write(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None] | None = None,
               partition: int | None = None) -> None:
-        """Add records to this subtask's open transaction (opening one if needed)."""
+        """Add records to this subtask's open transaction (opening one if needed; writing nothing opens nothing)."""
+        if len(values) == 0:
+            return
         self._open().produce_batch(topic, values, keys, partition)
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
@@ -81,11 +83,15 @@ class SubtaskWriter:
         self._open().produce(topic, value, key, partition, headers)
 
     def prepare(self, checkpoint: int) -> PreparedTransaction | None:
-        """Vote on the open transaction for ``checkpoint``; None when nothing was written since the last one."""
+        """Vote on the open transaction for ``checkpoint``; None when nothing was written since the last one (a
+        writer that wrote nothing hands over nothing, and its id goes back to the pool)."""
         if self._producer is None or self._transactional_id is None:
             return None
         producer, txn_id = self._producer, self._transactional_id
         state = producer.prepare_transaction()
+        if state.is_empty:  # nothing reached the broker: there is no transaction to hand over
+            self.abort()
+            return None
         producer.close()  # the prepared transaction stays open on the broker for the committer
         self._producer = self._transactional_id = None
         return PreparedTransaction(txn_id, state, self.pool.subtask, checkpoint)

@@ -1,0 +1,156 @@
+"""What kafka2pc's sans-IO cores ask of a transaction coordinator, and what they are told back.
+
+Plain values, no I/O: :mod:`kafka2pc.transport` turns a command into kafka-python protocol requests against a real
+cluster, and the model-based tests answer them from a model of Kafka's coordinator. Error codes are Kafka's.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from kafka2pc.prepared_state import PreparedTxnState
+
+ONGOING = "Ongoing"
+EMPTY = "Empty"
+PREPARE_COMMIT = "PrepareCommit"
+PREPARE_ABORT = "PrepareAbort"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+DEAD = "Dead"
+#: states in which the coordinator is still writing markers or fencing: look again shortly.
+IN_FLUX = frozenset({PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE})
+
+
+@attrs.frozen
+class ProducerIdentity:
+    """A producer id and epoch: who writes, and (with the transactional id) which transaction."""
+
+    producer_id: int
+    epoch: int
+
+    def state(self, transaction_version: int | None = None) -> PreparedTxnState:
+        """The handle of the transaction run under this identity."""
+        return PreparedTxnState(self.producer_id, self.epoch, transaction_version)
+
+    @classmethod
+    def of(cls, state: PreparedTxnState) -> ProducerIdentity:
+        """The identity a prepared-transaction handle names."""
+        return cls(state.producer_id, state.epoch)
+
+    def __str__(self) -> str:
+        return f"{self.producer_id}:{self.epoch}"
+
+
+@attrs.frozen
+class ObservedTransaction:
+    """What DescribeTransactions reported for a transactional id."""
+
+    state: str
+    producer_id: int
+    epoch: int
+
+    @property
+    def identity(self) -> ProducerIdentity:
+        """The producer id and epoch the coordinator holds."""
+        return ProducerIdentity(self.producer_id, self.epoch)
+
+    def __str__(self) -> str:
+        return f"{self.state} at {self.producer_id}:{self.epoch}"
+
+
+# -- commands ------------------------------------------------------------------------------------------------------
+
+@attrs.frozen
+class InitProducerId:
+    """InitProducerId. With ``expected`` it bumps (or rotates) that identity (KIP-360) and fails with
+    PRODUCER_FENCED if the coordinator has moved on; without, it starts a new producer and fences every earlier one."""
+
+    transaction_timeout_ms: int
+    expected: ProducerIdentity | None = None
+    enable_2pc: bool = False
+    keep_prepared: bool = False
+
+
+@attrs.frozen
+class EndTxn:
+    """EndTxn for the transaction run under ``transaction``: conditional on exactly that producer id and epoch."""
+
+    transaction: ProducerIdentity
+    commit: bool
+    transaction_version: int
+
+
+@attrs.frozen
+class AddPartitions:
+    """AddPartitionsToTxn (transaction protocol v1 only)."""
+
+    identity: ProducerIdentity
+    partitions: frozenset[tuple[str, int]]
+
+
+@attrs.frozen
+class DescribeTransaction:
+    """DescribeTransactions for the transactional id, after waiting ``after_s`` seconds."""
+
+    after_s: float = 0.0
+
+
+@attrs.frozen
+class ReadBrokerConfig:
+    """The value of a broker config (None where it cannot be read)."""
+
+    name: str
+
+
+Command = InitProducerId | EndTxn | AddPartitions | DescribeTransaction | ReadBrokerConfig
+
+
+# -- answers -------------------------------------------------------------------------------------------------------
+
+@attrs.frozen
+class InitAnswer:
+    """InitProducerId's answer: the producer's new identity, and (KIP-939) the kept ongoing transaction."""
+
+    error: int
+    identity: ProducerIdentity | None = None
+    ongoing: ProducerIdentity | None = None
+
+
+@attrs.frozen
+class EndAnswer:
+    """EndTxn's answer; with EndTxn v5 (transaction protocol v2) the identity the producer continues with."""
+
+    error: int
+    next_identity: ProducerIdentity | None = None
+
+
+@attrs.frozen
+class AddAnswer:
+    """AddPartitionsToTxn's answer: the most telling partition error (retriable ones first)."""
+
+    error: int
+
+
+@attrs.frozen
+class Described:
+    """DescribeTransactions' answer; None when the coordinator does not know the transactional id."""
+
+    observed: ObservedTransaction | None
+
+
+@attrs.frozen
+class ConfigValue:
+    """A broker config's value."""
+
+    value: str | None
+
+
+@attrs.frozen
+class NoAnswer:
+    """The request got no answer in time (connection lost, timed out): it may or may not have acted."""
+
+    reason: str
+
+
+Answer = InitAnswer | EndAnswer | AddAnswer | Described | ConfigValue | NoAnswer

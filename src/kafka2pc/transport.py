@@ -1,0 +1,416 @@
+"""The I/O edge: carry out the sans-IO cores' commands on a real cluster, with kafka-python's protocol classes.
+
+:class:`CoordinatorTransport` and :class:`ProduceTransport` are what the cores and the data plane need; the
+model-based tests implement them against a model of Kafka's coordinator instead. :class:`KafkaTransport` implements
+both over a :class:`~kafka2pc.cluster_client.ClusterClient`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import attrs
+import kafka.errors as kafka_errors
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
+
+from kafka2pc import broker_errors as codes
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.coordinator_messages import (
+    AddAnswer,
+    AddPartitions,
+    Answer,
+    Command,
+    ConfigValue,
+    Described,
+    DescribeTransaction,
+    EndAnswer,
+    EndTxn,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+    ReadBrokerConfig,
+)
+from kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnavailableError,
+    KafkaProtocolError,
+    UnsupportedByBrokerError,
+)
+from kafka2pc.protocol_versions import (
+    INIT_PRODUCER_ID_2PC_VERSION,
+    LIST_TRANSACTIONS_DURATION_VERSION,
+    LIST_TRANSACTIONS_PATTERN_VERSION,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
+@attrs.frozen
+class FramedBatch:
+    """A record batch ready for the wire."""
+
+    topic: str
+    partition: int
+    data: bytes
+
+
+@attrs.frozen
+class ProduceCall:
+    """One Produce request to one broker."""
+
+    transactional_id: str
+    node: int
+    batches: tuple[FramedBatch, ...]
+    #: 12 for transaction protocol v2 (implicit partition registration), 11 for v1
+    max_version: int
+    timeout_ms: int
+
+
+#: per partition: (error code, error message)
+ProduceReply = dict[TopicPartition, tuple[int, str]]
+
+
+@attrs.frozen
+class ClusterFacts:
+    """What a producer needs to know of the cluster before it initialises."""
+
+    init_producer_id_max_version: int
+    #: 2 when the cluster finalized transaction.version >= 2 and the broker speaks Produce v12 and EndTxn v5
+    transaction_version: int
+
+
+class CoordinatorTransport(Protocol):
+    """Carries out coordinator commands for a transactional id."""
+
+    def cluster_facts(self) -> ClusterFacts:
+        """The protocol versions and features that decide how transactions run."""
+
+    def execute(self, transactional_id: str, command: Command) -> Answer:
+        """Send ``command`` and return its answer (:class:`NoAnswer` when none came in time)."""
+
+
+class ProduceTransport(Protocol):
+    """What a producer's data plane needs from the cluster."""
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader node id; raises if the topic is unknown."""
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's effective max.message.bytes, None when it cannot be read."""
+
+    def send_produce(self, calls: Sequence[ProduceCall]) -> Future[list[ProduceReply | Exception]]:
+        """Send the calls concurrently; the future gives each reply, or the exception it failed with, in order."""
+
+
+class Transport(CoordinatorTransport, ProduceTransport, Protocol):
+    """Everything a producer needs."""
+
+
+@attrs.frozen
+class TransactionListing:
+    """One transactional id as ListTransactions reports it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@attrs.frozen
+class TransactionDescription:
+    """DescribeTransactions' view of one transactional id."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+class IncompleteListingError(BrokerUnavailableError):
+    """ListTransactions could not be answered by every transaction coordinator, so a listing would miss
+    transactions. Nothing was decided on it."""
+
+
+class KafkaTransport:
+    """:class:`CoordinatorTransport` and :class:`ProduceTransport` over a real cluster."""
+
+    def __init__(self, client: ClusterClient, *, timeout_s: float):
+        self.client = client
+        self.timeout_s = timeout_s
+
+    # -- coordinator -------------------------------------------------------------------------------------------------
+
+    def cluster_facts(self) -> ClusterFacts:
+        """Read from the bootstrap broker's ApiVersions and the cluster's finalized features."""
+        client = self.client
+        tv2 = (client.finalized_feature_level("transaction.version") >= 2
+               and client.broker_max_version(ProduceRequest) >= 12
+               and client.broker_max_version(EndTxnRequest) >= 5)
+        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1)
+
+    def execute(self, transactional_id: str, command: Command) -> Answer:
+        """Send ``command`` to the coordinator of ``transactional_id``, following it as it moves."""
+        try:
+            if isinstance(command, InitProducerId):
+                return self._init(transactional_id, command)
+            if isinstance(command, EndTxn):
+                return self._end(transactional_id, command)
+            if isinstance(command, AddPartitions):
+                return self._add(transactional_id, command)
+            if isinstance(command, DescribeTransaction):
+                if command.after_s:
+                    time.sleep(command.after_s)
+                return Described(self.describe(transactional_id))
+            if isinstance(command, ReadBrokerConfig):
+                return ConfigValue(self.broker_config(command.name))
+        except BrokerUnavailableError as exc:
+            return NoAnswer(str(exc))
+        except AuthorizationError:
+            if isinstance(command, DescribeTransaction | ReadBrokerConfig):
+                raise
+            # FindCoordinator refused: the answer the request itself would have had
+            unauthorized = codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return InitAnswer(unauthorized) if isinstance(command, InitProducerId) else \
+                EndAnswer(unauthorized) if isinstance(command, EndTxn) else AddAnswer(unauthorized)
+        raise TypeError(f"unknown command {command!r}")
+
+    def _init(self, transactional_id: str, command: InitProducerId) -> InitAnswer:
+        response = init_producer_id(
+            self.client, transactional_id, transaction_timeout_ms=command.transaction_timeout_ms,
+            expected=command.expected, enable_2pc=command.enable_2pc, keep_prepared=command.keep_prepared,
+            timeout_s=self.timeout_s)
+        if response.error_code != codes.NONE:
+            return InitAnswer(response.error_code)
+        ongoing = None
+        ongoing_id = getattr(response, "ongoing_txn_producer_id", -1)
+        if isinstance(ongoing_id, int) and ongoing_id >= 0:
+            ongoing = ProducerIdentity(ongoing_id, response.ongoing_txn_producer_epoch)
+        return InitAnswer(codes.NONE, ProducerIdentity(response.producer_id, response.producer_epoch), ongoing)
+
+    def _end(self, transactional_id: str, command: EndTxn) -> EndAnswer:
+        target = command.transaction
+        v2 = command.transaction_version >= 2
+        response = self.client.send_to_transaction_coordinator(
+            transactional_id,
+            lambda: EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
+                                  producer_epoch=target.epoch, committed=command.commit, max_version=5 if v2 else 4),
+            timeout_s=self.timeout_s)
+        following = None
+        if response.error_code == codes.NONE and v2 and getattr(response, "producer_epoch", -1) >= 0:
+            following = ProducerIdentity(response.producer_id, response.producer_epoch)
+        return EndAnswer(response.error_code, following)
+
+    def _add(self, transactional_id: str, command: AddPartitions) -> AddAnswer:
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(command.partitions):
+            topics.setdefault(topic, []).append(partition)
+        identity = command.identity
+
+        def request() -> Any:
+            return AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=identity.producer_id,
+                v3_and_below_producer_epoch=identity.epoch, max_version=3,
+                v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=p)
+                                     for t, p in topics.items()])
+
+        response = self.client.send_to_transaction_coordinator(transactional_id, request, error_code_of=_worst_add,
+                                                                timeout_s=self.timeout_s)
+        return AddAnswer(_worst_add(response))
+
+    def describe(self, transactional_id: str) -> ObservedTransaction | None:
+        """DescribeTransactions' state, producer id and epoch of ``transactional_id``; None if unknown."""
+        found = self.describe_full(transactional_id)
+        return None if found is None else ObservedTransaction(found.state, found.producer_id, found.epoch)
+
+    def describe_full(self, transactional_id: str) -> TransactionDescription | None:
+        """Everything DescribeTransactions says of ``transactional_id``; None if the coordinator does not know it."""
+        response = self.client.send_to_transaction_coordinator(
+            transactional_id, lambda: DescribeTransactionsRequest(transactional_ids=[transactional_id]),
+            error_code_of=lambda r: int(r.transaction_states[0].error_code), timeout_s=self.timeout_s)
+        entry = response.transaction_states[0]
+        if entry.error_code == codes.TRANSACTIONAL_ID_NOT_FOUND:
+            return None
+        if entry.error_code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise AuthorizationError(f"the principal may not describe transactional id {transactional_id!r}: "
+                                     "grant DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+        if entry.error_code != codes.NONE:
+            raise KafkaProtocolError("DescribeTransactions", codes.error_name(entry.error_code), entry.error_code)
+        partitions = tuple(sorted((t.topic, p) for t in entry.topics for p in t.partitions))
+        return TransactionDescription(transactional_id, entry.transaction_state, entry.producer_id,
+                                      entry.producer_epoch, entry.transaction_timeout_ms,
+                                      entry.transaction_start_time_ms, partitions)
+
+    def list_transactions(self, *, states: Sequence[str] = (), pattern: str | None = None,
+                          running_longer_than_ms: int | None = None) -> list[TransactionListing]:
+        """ListTransactions on every broker, complete or :class:`IncompleteListingError`.
+
+        A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
+        the timeout. A leaderless ``__transaction_state`` partition makes the listing incomplete too. ``pattern``
+        (a regular expression on the transactional id) is sent to brokers with ListTransactions v2; callers must
+        still filter client-side, as older brokers ignore it.
+        """
+        max_version = self.client.broker_max_version(ListTransactionsRequest)
+        use_pattern = pattern is not None and max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
+        if running_longer_than_ms is not None and max_version < LIST_TRANSACTIONS_DURATION_VERSION:
+            raise UnsupportedByBrokerError("filtering transactions by duration needs ListTransactions v1 "
+                                           "(Apache Kafka 3.8+)")
+        kwargs: dict[str, Any] = {"state_filters": list(states), "producer_id_filters": []}
+        version = 0
+        if running_longer_than_ms is not None:
+            kwargs["duration_filter"] = running_longer_than_ms
+            version = LIST_TRANSACTIONS_DURATION_VERSION
+        if use_pattern:
+            kwargs["transactional_id_pattern"] = pattern
+            version = LIST_TRANSACTIONS_PATTERN_VERSION
+        leaders = self._transaction_state_leaders()  # also refreshes the broker list
+        brokers = self.client.broker_ids()
+        orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
+        if orphans:
+            raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
+                                         "leader: their transactions cannot be listed")
+        found: dict[str, TransactionListing] = {}
+        for broker in brokers:
+            for entry in self._list_on(broker, functools.partial(ListTransactionsRequest, min_version=version,
+                                                                 **kwargs)):
+                found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
+                                                                   entry.transaction_state)
+        return sorted(found.values(), key=lambda listing: listing.transactional_id)
+
+    def _list_on(self, broker: int, make_request: Callable[[], Any]) -> list[Any]:
+        deadline = time.monotonic() + self.timeout_s
+        backoff = 0.05
+        while True:
+            try:
+                response = self.client.send_idempotent(make_request, node_id=broker, what="ListTransactions")
+            except BrokerUnavailableError as exc:
+                raise IncompleteListingError(f"ListTransactions: broker {broker} did not answer ({exc})") from exc
+            code = int(response.error_code)
+            if code == codes.NONE:
+                return list(response.transaction_states)
+            if code not in codes.COORDINATOR_RETRIABLE:
+                raise KafkaProtocolError("ListTransactions", codes.error_name(code), code, f"broker {broker}")
+            if time.monotonic() + backoff > deadline:
+                raise IncompleteListingError(f"ListTransactions: broker {broker} kept answering "
+                                             f"{codes.error_name(code)} for {self.timeout_s:g} s")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _transaction_state_leaders(self) -> dict[int, int]:
+        """Partition -> leader of the transaction coordinators' topic ({} where it cannot be read)."""
+        try:
+            return self.client.partition_leaders(_TRANSACTION_STATE_TOPIC)
+        except KafkaProtocolError as exc:
+            if exc.error_code != codes.UNKNOWN_TOPIC_OR_PARTITION:  # unknown: no transaction ever ran here
+                log.warning("cannot check that every transaction coordinator is available (%s); relying on the "
+                            "brokers' answers alone", exc)
+            return {}
+
+    def broker_config(self, name: str) -> str | None:
+        """A broker config's value; None where it cannot be read (unknown, or no DESCRIBE_CONFIGS)."""
+        try:
+            return self.client.broker_configs([name])[name]
+        except (kafka_errors.KafkaError, BrokerUnavailableError) as exc:
+            log.debug("could not read broker config %s: %r", name, exc)
+            return None
+
+    # -- data plane --------------------------------------------------------------------------------------------------
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader node id of ``topic``."""
+        return self.client.partition_leaders(topic)
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's effective max.message.bytes (None when DescribeConfigs is not allowed or fails)."""
+        try:
+            value = self.client.topic_configs(topic, ["max.message.bytes"])["max.message.bytes"]
+        except (kafka_errors.KafkaError, BrokerUnavailableError) as exc:
+            log.debug("could not read max.message.bytes of %s: %r", topic, exc)
+            return None
+        return int(value) if value is not None and value.isdigit() else None
+
+    def send_produce(self, calls: Sequence[ProduceCall]) -> Future[list[ProduceReply | Exception]]:
+        """Send the Produce requests concurrently on the IO thread."""
+        raw = self.client.send_concurrently([(_produce_request(call), call.node) for call in calls])
+        result: Future[list[ProduceReply | Exception]] = Future()
+
+        def convert(done: Future[list[Any]]) -> None:
+            try:
+                answers = done.result()
+            except Exception as exc:  # the IO thread failed the whole round: every call failed with it
+                result.set_result([exc for _ in calls])
+                return
+            result.set_result([answer if isinstance(answer, Exception) else _produce_reply(answer)
+                               for answer in answers])
+
+        raw.add_done_callback(convert)
+        return result
+
+
+def init_producer_id(client: ClusterClient, transactional_id: str, *, transaction_timeout_ms: int,
+                     expected: ProducerIdentity | None = None, enable_2pc: bool = False, keep_prepared: bool = False,
+                     two_phase_fields: bool = False, timeout_s: float = 60.0) -> Any:
+    """InitProducerId for ``transactional_id`` at its coordinator; returns the response.
+
+    With ``two_phase_fields`` (implied by ``enable_2pc`` or ``keep_prepared``) the request is pinned to v6:
+    kafka-python encodes at the negotiated version and silently drops fields it lacks, so an unpinned Enable2Pc
+    request to a v5 broker would succeed as an ordinary InitProducerId.
+    """
+    producer_id, epoch = (expected.producer_id, expected.epoch) if expected is not None else (-1, -1)
+    pinned = two_phase_fields or enable_2pc or keep_prepared
+
+    def request() -> Any:
+        if pinned:
+            return InitProducerIdRequest(
+                transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                producer_id=producer_id, producer_epoch=epoch, enable2_pc=enable_2pc,
+                keep_prepared_txn=keep_prepared, min_version=INIT_PRODUCER_ID_2PC_VERSION)
+        return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                                     producer_id=producer_id, producer_epoch=epoch)
+
+    return client.send_to_transaction_coordinator(transactional_id, request, timeout_s=timeout_s)
+
+
+_RETRIABLE_ADD = frozenset({codes.CONCURRENT_TRANSACTIONS, codes.COORDINATOR_LOAD_IN_PROGRESS, codes.NOT_COORDINATOR,
+                            codes.COORDINATOR_NOT_AVAILABLE})
+
+
+def _worst_add(response: Any) -> int:
+    top = int(getattr(response, "error_code", 0) or 0)
+    if top:
+        return top
+    found = [p.partition_error_code for t in response.results_by_topic_v3_and_below
+             for p in t.results_by_partition if p.partition_error_code != codes.NONE]
+    retriable = [code for code in found if code in _RETRIABLE_ADD]
+    chosen: int = retriable[0] if retriable else (found[0] if found else codes.NONE)
+    return chosen
+
+
+def _produce_request(call: ProduceCall) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for batch in call.batches:
+        topics.setdefault(batch.topic, []).append(
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=batch.partition, records=batch.data))
+    return ProduceRequest(
+        transactional_id=call.transactional_id, acks=-1, timeout_ms=call.timeout_ms,
+        topic_data=[ProduceRequest.TopicProduceData(name=name, partition_data=parts)
+                    for name, parts in topics.items()],
+        max_version=call.max_version)
+
+
+def _produce_reply(response: Any) -> ProduceReply:
+    return {(t.name, p.index): (int(p.error_code), getattr(p, "error_message", None) or "")
+            for t in response.responses for p in t.partition_responses}
