@@ -155,9 +155,18 @@ class ProducerCore:
         assert isinstance(state, Ready | Unowned) and state.setup is not None
         if answer.error != codes.NONE or answer.identity is None:
             error = init_error(self.transactional_id, answer.error, state.setup.timeout_ms)
-            self._operation = None
             if isinstance(error, _FATAL):
+                self._operation = None
                 self.state = Fatal(error)
+                raise error
+            if not bumping.fresh:
+                # e.g. a retried bump that had exhausted the epoch (the coordinator answers UNKNOWN_SERVER_ERROR):
+                # holding no transaction, the producer may start afresh as a restarted one would
+                self.state = Unowned(state.setup)
+                self._operation = _Bumping(fresh=True)
+                return state.setup.init()
+            self._operation = None
+            self.state = Unowned(state.setup)
             raise error
         bumps = _fresh_bumps(state.setup.transaction_version) if bumping.fresh else \
             max(0, state.bumps_due - 1) if isinstance(state, Ready) else 0
