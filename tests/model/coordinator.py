@@ -6,12 +6,13 @@ M = transaction-coordinator/.../TransactionMetadata.java, S = TransactionStateMa
 rule by rule.
 
 * InitProducerId (T handleInitProducerId / prepareInitProducerIdTransit, M prepareIncrementProducerEpoch,
-  prepareProducerIdRotation, prepareFenceProducerEpoch): Enable2Pc with 2PC off -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-  KeepPreparedTxn -> UNSUPPORTED_VERSION; a timeout above the maximum (not checked with Enable2Pc) ->
-  INVALID_TRANSACTION_TIMEOUT; an expected producer id other than the current one (or the previous one at an exhausted
-  epoch) -> PRODUCER_FENCED. Empty/Complete*: rotate the producer id when the epoch is exhausted (>= 32766), else bump
-  (expected epoch must be the current one, or the last one for a retry, which does not bump again). Ongoing: fence
-  (+1) and abort the transaction, answer CONCURRENT_TRANSACTIONS; the client's retry then bumps again.
+  prepareProducerIdRotation, prepareFenceProducerEpoch): Enable2Pc with 2PC off ->
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED; KeepPreparedTxn -> UNSUPPORTED_VERSION; a timeout above the maximum (not
+  checked with Enable2Pc) -> INVALID_TRANSACTION_TIMEOUT; an expected producer id other than the current one (or the
+  previous one at an exhausted epoch) -> PRODUCER_FENCED. Empty/Complete*: rotate the producer id when the epoch is
+  exhausted (>= 32766), else bump (expected epoch must be the current one, or the last one for a retry, which does not
+  bump again). Ongoing: fence (+1) and abort the transaction, answer CONCURRENT_TRANSACTIONS; the client's retry then
+  bumps again.
 * EndTxn v<=4, transaction protocol v1 (T endTransactionWithTV1): producer id, then exact epoch, then by state:
   Ongoing -> ends at the same epoch; Complete* with the same result -> NONE; otherwise INVALID_TXN_STATE.
 * EndTxn v5, transaction protocol v2 (T endTransaction, KIP-890): retryOnEpochBump / retryOnOverflow; Ongoing and
@@ -179,7 +180,7 @@ class CoordinatorModel:
             return InitAnswer(UNKNOWN_SERVER_ERROR)
         elif expected is None:
             meta.epoch, meta.last_epoch = meta.epoch + 1, -1
-        elif meta.epoch == -1 or expected.epoch == meta.epoch:
+        elif meta.epoch in (-1, expected.epoch):
             meta.epoch, meta.last_epoch = meta.epoch + 1, meta.epoch
         elif expected.epoch != meta.last_epoch:
             return InitAnswer(codes.PRODUCER_FENCED)

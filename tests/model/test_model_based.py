@@ -13,6 +13,7 @@ KAFKA2PC_MODEL_EXAMPLES sets the number of sequences (``make chaos`` runs many m
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -122,10 +123,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
     @rule()
     def begin(self) -> None:
         assert self.producer is not None
-        try:
+        with contextlib.suppress(EXPECTED):
             self.producer.begin_transaction()
-        except EXPECTED:
-            pass
 
     @precondition(lambda self: self.producer is not None and self.producer.state is State.IN_TRANSACTION)
     @rule(count=st.integers(1, 3), batch=st.booleans(), partition=st.sampled_from([0, 1, None]))
@@ -148,10 +147,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
     @rule()
     def prepare(self) -> None:
         assert self.producer is not None
-        try:
+        with contextlib.suppress(EXPECTED):
             self.prepared = self.producer.prepare_transaction()
-        except EXPECTED:
-            pass
 
     @precondition(lambda self: self.prepared is not None and not self.prepared.is_empty)
     @rule()
@@ -171,10 +168,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         requested = self.stored if stored or self.prepared is None else self.prepared
         if not stored and self.prepared is not None and ProducerIdentity.of(self.prepared) not in self.decided:
             requested = PreparedTxnState.empty()
-        try:
+        with contextlib.suppress(EXPECTED):
             self._complete(self.producer, requested, "complete")
-        except EXPECTED:
-            pass
 
     @precondition(lambda self: self.producer is not None)
     @rule()
@@ -189,19 +184,15 @@ class ProducerAgainstModel(RuleBasedStateMachine):
             if self.snapshot is not None and ProducerIdentity.of(self.snapshot) == identity:
                 return
             self._decide(identity)
-        try:
+        with contextlib.suppress(EXPECTED):
             producer.commit_transaction()
-        except EXPECTED:
-            pass
 
     @precondition(lambda self: self.producer is not None)
     @rule()
     def abort(self) -> None:
         assert self.producer is not None
-        try:
+        with contextlib.suppress(EXPECTED):
             self.producer.abort_transaction()
-        except EXPECTED:
-            pass
 
     @precondition(lambda self: self.producer is not None)
     @rule()
@@ -301,10 +292,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         self.faults.lost_produce.clear()
         final = self._new_producer()
         final.init_transactions(keep_prepared_txn=True)
-        try:
+        with contextlib.suppress(TransactionOutcomeUnknownError):
             self._complete(final, self.stored, "final recovery")
-        except TransactionOutcomeUnknownError:
-            pass
         self.every_claim_is_true()
         self.decisions_hold()
         assert self.model.open_transactions() == [], "a transaction is left open, pinning the LSO"
