@@ -301,10 +301,13 @@ class CoordinatorModel:
 class Faults:
     """What goes wrong on the way: each list is consumed front first. ``lost_answers``: the coordinator acted but
     the answer is lost for good (NoAnswer); ``retried_answers``: the answer is lost and the transport sends the
-    request again (what a lost response followed by a retry does); ``lost_produce``: a Produce response is lost after
+    request again (what a lost response followed by a retry does); ``dropped_requests``: the request never arrived;
+    ``lost_produce``: a Produce response is lost after
     the leader wrote."""
 
     lost_answers: list[bool] = attrs.Factory(list)
+    #: the request never reached the coordinator (NoAnswer, nothing done)
+    dropped_requests: list[bool] = attrs.Factory(list)
     retried_answers: list[bool] = attrs.Factory(list)
     lost_produce: list[bool] = attrs.Factory(list)
 
@@ -348,9 +351,11 @@ class ModelTransport:
 
     def execute(self, transactional_id: str, command: Command) -> Answer:
         self.sent.append(command)
-        answer = self._apply(transactional_id, command)
         if isinstance(command, DescribeTransaction | ReadBrokerConfig):
-            return answer
+            return self._apply(transactional_id, command)
+        if Faults.take(self.faults.dropped_requests):
+            return NoAnswer("the request was lost (model)")
+        answer = self._apply(transactional_id, command)
         if Faults.take(self.faults.retried_answers):
             return self._apply(transactional_id, command)
         if Faults.take(self.faults.lost_answers):

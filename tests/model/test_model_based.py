@@ -253,10 +253,10 @@ class ProducerAgainstModel(RuleBasedStateMachine):
 
             self.transport.execute(TXN_ID, InitProducerId(60_000, enable_2pc=self.two_phase))
 
-    @rule(kind=st.sampled_from(["lost", "retried", "produce"]))
+    @rule(kind=st.sampled_from(["lost", "dropped", "retried", "produce"]))
     def network_fault(self, kind: str) -> None:
-        queue = {"lost": self.faults.lost_answers, "retried": self.faults.retried_answers,
-                 "produce": self.faults.lost_produce}[kind]
+        queue = {"lost": self.faults.lost_answers, "dropped": self.faults.dropped_requests,
+                 "retried": self.faults.retried_answers, "produce": self.faults.lost_produce}[kind]
         queue.append(True)
 
     # -- invariants ----------------------------------------------------------------------------------------------------
@@ -288,6 +288,7 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         if not hasattr(self, "model"):
             return
         self.faults.lost_answers.clear()
+        self.faults.dropped_requests.clear()
         self.faults.retried_answers.clear()
         self.faults.lost_produce.clear()
         final = self._new_producer()

@@ -75,3 +75,23 @@ def test_batch_overhead_is_61_bytes():
 def test_unknown_compression_names_the_key():
     with pytest.raises(ConfigError, match=r"compression\.type"):
         compression_codec("brotli")
+
+
+def test_split_records_renumbers_the_second_half():
+    from kafka2pc.records import split_records  # noqa: PLC0415
+
+    records = b"".join(encode_record(i, i * 3, f"k{i}".encode(), b"v" * (i * 50), [("h", b"x")]) for i in range(7))
+    first, second = split_records(records, 7)
+    assert (first.count, second.count) == (3, 4)
+    decoded = []
+    for run in (first, second):
+        batch = decode(encode_batch(run.records, run.count, base_timestamp=1000,
+                                    max_timestamp=1000 + run.max_timestamp_delta, producer_id=1, producer_epoch=0,
+                                    base_sequence=0))
+        assert batch.max_timestamp == 1000 + run.max_timestamp_delta
+        records_read = list(batch)
+        assert [r.offset for r in records_read] == list(range(run.count))
+        decoded += [(r.key, len(r.value), r.timestamp, r.headers) for r in records_read]
+    assert decoded == [(f"k{i}".encode(), i * 50, 1000 + i * 3, [("h", b"x")]) for i in range(7)]
+    with pytest.raises(ValueError, match="single record"):
+        split_records(encode_record(0, 0, None, b"x"), 1)

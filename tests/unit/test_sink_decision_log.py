@@ -4,6 +4,7 @@ import pytest
 
 from kafka2pc import PreparedTxnState
 from kafka2pc.sink import Decision, DecisionLogCorruptError, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.decision_log import DecisionConflictError
 
 
 def decision(checkpoint: int, prefix: str = "job") -> Decision:
@@ -75,3 +76,45 @@ def test_unrelated_files_are_ignored(tmp_path):
     (tmp_path / "README").write_text("notes")
     (tmp_path / ".tmp-abc").write_text("half written")
     assert FileDecisionLog(tmp_path, "job").undone() == []
+
+
+def test_a_recorded_decision_is_never_replaced(tmp_path):
+    """Reproduced on Kafka 4.4.0: record(N) for a done N overwrote the decision while N.done stayed, so undone()
+    omitted the new decision and recovery aborted its transactions. Now the same decision again is a no-op, and a
+    different one is refused, done or not."""
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(1))
+    log.record(decision(1))  # a replay of the same decision: nothing changes
+    assert [d.checkpoint for d in log.undone()] == [1]
+    replayed = Decision(1, decision(1).transactions, {"attempt": "a2"})
+    with pytest.raises(DecisionConflictError, match="already recorded"):
+        log.record(replayed)
+    log.mark_done(1)
+    with pytest.raises(DecisionConflictError, match="already recorded"):
+        log.record(replayed)
+    assert log.decision(1) == decision(1)
+    assert log.undone() == []
+
+
+def test_checkpoints_never_go_back(tmp_path):
+    log = FileDecisionLog(tmp_path, "job", retain_done=1)
+    for checkpoint in (1, 2, 3):
+        log.record(decision(checkpoint))
+        log.mark_done(checkpoint)
+    assert log.decision(1) is None  # pruned: it cannot be told from a checkpoint never decided
+    with pytest.raises(DecisionConflictError, match="below the last recorded checkpoint 3"):
+        log.record(decision(1))
+    log.record(decision(5))  # going forward, with gaps, is fine
+    assert [d.checkpoint for d in log.undone()] == [5]
+
+
+def test_transaction_version_round_trips(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    txn = PreparedTransaction("job-0-0", PreparedTxnState(4, 7, transaction_version=1), 0, 9)
+    log.record(Decision(9, [txn]))
+    assert log.decision(9).transactions[0].state.transaction_version == 1
+
+
+def test_an_empty_transaction_is_never_handed_over():
+    with pytest.raises(ValueError, match="never handed over"):
+        PreparedTransaction("job-0-0", PreparedTxnState.empty(), 0, 1)

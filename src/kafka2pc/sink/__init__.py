@@ -4,7 +4,13 @@ recovery (FLIP-511's design, for kafka2pc). The Spark sink and the DB dual-write
 from __future__ import annotations
 
 from kafka2pc.sink.committer import Committer
-from kafka2pc.sink.decision_log import Decision, DecisionLog, DecisionLogCorruptError, FileDecisionLog
+from kafka2pc.sink.decision_log import (
+    Decision,
+    DecisionConflictError,
+    DecisionLog,
+    DecisionLogCorruptError,
+    FileDecisionLog,
+)
 from kafka2pc.sink.id_pool import IdPoolExhaustedError, TransactionalIdPool
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.prepared import PreparedTransaction
@@ -14,6 +20,7 @@ from kafka2pc.sink.writer import SubtaskWriter
 __all__ = [
     "Committer",
     "Decision",
+    "DecisionConflictError",
     "DecisionLog",
     "DecisionLogCorruptError",
     "FileDecisionLog",

@@ -1,0 +1,193 @@
+"""The numbered findings of the "core correctness" issue as fixed scenarios: the real TwoPhaseProducer and
+TransactionControl against the coordinator model (tests/model/coordinator.py). Each was checked to fail with its
+fix taken out (the retry ending locally, a single bump, no exhaustion guard, an unconditional abort, an eager
+re-initialisation)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from kafka2pc import (
+    BrokerUnavailableError,
+    PreparedTxnState,
+    TransactionLostError,
+    TransactionOutcome,
+    TransactionOutcomeUnknownError,
+    TwoPhaseProducer,
+)
+from kafka2pc import broker_errors as codes
+from kafka2pc.coordinator_messages import InitProducerId, ProducerIdentity
+from kafka2pc.producer_states import State
+from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transport import IncompleteListingError, KafkaTransport
+from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
+
+TXN_ID = "app-0"
+logging.getLogger("kafka2pc").setLevel(logging.ERROR)
+
+
+def cluster(version: int, *, first_epoch: int = -1) -> ModelTransport:
+    return ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=version >= 2,
+                                           first_epoch=first_epoch), Faults())
+
+
+def producer(transport: ModelTransport) -> TwoPhaseProducer:
+    return TwoPhaseProducer({"bootstrap.servers": "model:9092", "transactional.id": TXN_ID, "linger.ms": 0},
+                            two_phase_commit=True, transport=transport)
+
+
+def prepared(transport: ModelTransport, *values: bytes) -> PreparedTxnState:
+    p = producer(transport)
+    p.init_transactions()
+    p.begin_transaction()
+    p.produce_batch("t", list(values), partition=0)
+    return p.prepare_transaction()  # and the process dies: the transaction stays prepared
+
+
+def fate(transport: ModelTransport, state: PreparedTxnState) -> str | None:
+    found = [t for t in transport.model.txns if t.identity == ProducerIdentity.of(state)]
+    assert len(found) == 1
+    return found[0].fate
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_finding_1_a_resumed_commit_that_timed_out_is_retried_not_aborted(version):
+    transport = cluster(version)
+    decided = prepared(transport, b"a", b"b")
+    successor = producer(transport)
+    assert successor.init_transactions(keep_prepared_txn=True) == decided
+    transport.faults.dropped_requests.append(True)  # the EndTxn never arrives; the call times out
+    with pytest.raises(BrokerUnavailableError):
+        successor.complete_transaction(decided)
+    assert successor.state is State.COMMITTING
+    successor.commit_transaction()  # the retry: the same EndTxn under the resumed producer id and epoch
+    successor.begin_transaction()   # its InitProducerId comes only now, after the commit
+    successor.produce("t", b"c", partition=0)
+    successor.commit_transaction()
+    assert fate(transport, decided) == "committed"
+    assert transport.model.committed_records() == [b"a", b"b", b"c"]
+
+
+def test_finding_2_v1_successor_transactions_never_reuse_a_predecessor_epoch():
+    """Before: the successor's single InitProducerId bump put its first transaction at e + 1, where its abort
+    (CompleteAbort at e + 1) made the predecessor's committed transaction e look aborted: TransactionLostError, and
+    an application resending on "lost" duplicates."""
+    transport = cluster(1)
+    first = producer(transport)
+    first.init_transactions()
+    first.begin_transaction()
+    first.produce("t", b"committed-once", partition=0)
+    committed = first.prepare_transaction()
+    assert first.complete_transaction(committed) is TransactionOutcome.COMMITTED
+    successor = producer(transport)
+    successor.init_transactions(keep_prepared_txn=True)
+    successor.begin_transaction()
+    successor.produce("t", b"aborted", partition=0)
+    successor.abort_transaction()
+    assert successor.producer_id_and_epoch[1] >= committed.epoch + 2
+    late = producer(transport)
+    late.init_transactions(keep_prepared_txn=True)
+    with pytest.raises(TransactionOutcomeUnknownError):  # never "lost", never "aborted": it did commit
+        late.complete_transaction(committed)
+    assert fate(transport, committed) == "committed"
+
+
+def test_finding_3_epoch_exhaustion_never_hides_a_commit():
+    """Before: an EndTxn at epoch 32766 rotated the producer id and the committed transaction was reported as nothing
+    pending / lost. Every transaction here is confirmed committed right after, across the rotation."""
+    transport = cluster(2, first_epoch=32758)
+    control = TransactionControl(transport)
+    p = producer(transport)
+    p.init_transactions()
+    producer_ids = set()
+    for index in range(12):
+        p.begin_transaction()
+        p.produce("t", f"r{index}".encode(), partition=0)
+        state = p.prepare_transaction()
+        assert state.epoch <= 32765
+        producer_ids.add(state.producer_id)
+        assert p.complete_transaction(state) is TransactionOutcome.COMMITTED
+        assert p.complete_transaction(state) is TransactionOutcome.COMMITTED    # and again: still known
+        assert control.commit(TXN_ID, state).outcome is TransactionOutcome.COMMITTED  # by the committer too
+    assert len(producer_ids) == 2  # the producer id rotated once, before a transaction, never under one
+    assert transport.model.committed_records() == [f"r{i}".encode() for i in range(12)]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_finding_4_listing_abort_is_conditional_on_what_was_listed(version):
+    """LISTING finds a lingering transaction; before its abort, a live writer takes the id over and prepares a
+    transaction that gets decided. The abort, conditional on the listed producer id and epoch, must leave it be."""
+    transport = cluster(version)
+    control = TransactionControl(transport)
+    lingering = prepared(transport, b"lingering")
+    listed = control.describe(TXN_ID)
+    assert listed is not None and listed.identity == ProducerIdentity.of(lingering)
+    writer = producer(transport)
+    writer.init_transactions()  # aborts the lingering one itself, and fences it
+    writer.begin_transaction()
+    writer.produce("t", b"decided", partition=0)
+    decided = writer.prepare_transaction()
+    assert control.abort_ongoing(TXN_ID, producer_id=listed.producer_id + 1) is None  # another producer id listed
+    with pytest.raises(TransactionOutcomeUnknownError) as info:  # the abort of the listed (pid, epoch)
+        control.abort(TXN_ID, lingering)
+    assert info.value.other_pending == str(decided)  # seen, and left alone: the EndTxn named the listed epoch
+    assert fate(transport, lingering) == "aborted"   # (the writer's own InitProducerId aborted it)
+    assert fate(transport, decided) is None           # still open, untouched
+    assert control.commit(TXN_ID, decided).outcome is TransactionOutcome.COMMITTED
+    assert transport.model.committed_records() == [b"decided"]
+
+
+def test_finding_4_listing_is_complete_or_fails_loudly():
+    """ListTransactions is asked again while a coordinator loads; one that never answers makes the listing fail."""
+    loading, ok = codes.COORDINATOR_LOAD_IN_PROGRESS, codes.NONE
+    answers = {1: [loading, loading, ok], 2: [ok]}
+
+    class Client:
+        def broker_max_version(self, request):
+            return 2
+
+        def partition_leaders(self, topic):
+            return {0: 1, 1: 2}
+
+        def broker_ids(self):
+            return [1, 2]
+
+        def send_idempotent(self, make_request, node_id=None, what=""):
+            code = answers[node_id].pop(0) if answers[node_id] else loading
+            entries = [SimpleNamespace(transactional_id=f"x-{node_id}", producer_id=node_id,
+                                       transaction_state="Ongoing")]
+            return SimpleNamespace(error_code=code, transaction_states=entries if code == ok else [])
+
+    transport = KafkaTransport(Client(), timeout_s=1.0)  # type: ignore[arg-type]
+    assert [t.transactional_id for t in transport.list_transactions(states=["Ongoing"])] == ["x-1", "x-2"]
+    answers[1] = []  # broker 1 keeps loading
+    with pytest.raises(IncompleteListingError, match="broker 1 kept answering COORDINATOR_LOAD_IN_PROGRESS"):
+        transport.list_transactions(states=["Ongoing"])
+    leaders = {0: 1, 1: 3}  # a coordinator partition led by a broker not in the cluster
+    Client.partition_leaders = lambda self, topic: leaders  # type: ignore[method-assign]
+    with pytest.raises(IncompleteListingError, match=r"partitions \[1\] have no available leader"):
+        transport.list_transactions()
+
+
+def test_finding_5_complete_transaction_reports_a_commit_even_if_re_initialisation_would_fail():
+    """Before: after committing a resumed transaction the producer re-initialised at once, and a failure there made
+    complete_transaction raise after the commit had succeeded."""
+    transport = cluster(2)
+    decided = prepared(transport, b"x")
+    successor = producer(transport)
+    successor.init_transactions(keep_prepared_txn=True)
+    transport.model.two_phase_enabled = False  # any InitProducerId with Enable2Pc would now be refused
+    assert successor.complete_transaction(decided) is TransactionOutcome.COMMITTED
+    assert fate(transport, decided) == "committed"
+    assert not any(isinstance(c, InitProducerId) for c in transport.sent[-2:])
+
+
+def test_finding_5_commit_of_a_timed_out_transaction_is_lost_without_2pc():
+    transport = ModelTransport(CoordinatorModel(transaction_version=1, two_phase_enabled=False), Faults())
+    decided = prepared(transport, b"late")
+    transport.model.time_out(TXN_ID)
+    with pytest.raises(TransactionLostError, match="the broker aborted it"):
+        TransactionControl(transport).commit(TXN_ID, decided)

@@ -1,0 +1,135 @@
+"""Completion: the commands it sends and what it concludes, for commit, abort and look-up."""
+
+import pytest
+
+from kafka2pc import broker_errors as codes
+from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome
+from kafka2pc.coordinator_messages import (
+    Described,
+    DescribeTransaction,
+    EndAnswer,
+    EndTxn,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+)
+from kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnavailableError,
+    KafkaProtocolError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+)
+from kafka2pc.prepared_state import PreparedTxnState
+
+R = PreparedTxnState(7, 10)
+ID = ProducerIdentity(7, 10)
+
+
+def run(completion, *answers):
+    """Feed ``answers`` one by one; returns (commands sent, final result)."""
+    sent = [completion.start()]
+    result = None
+    for answer in answers:
+        result = completion.on_answer(answer)
+        if isinstance(result, Settled):
+            return sent, result
+        sent.append(result)
+    return sent, result
+
+
+def commit(tv=2):
+    return Completion("t", R, Goal.COMMIT, tv)
+
+
+def test_commit_is_one_end_txn_when_it_succeeds():
+    sent, settled = run(commit(), EndAnswer(codes.NONE, ProducerIdentity(7, 11)))
+    assert sent == [EndTxn(ID, True, 2)]
+    assert settled.outcome is TransactionOutcome.COMMITTED and settled.ended_now
+    assert settled.next_identity == ProducerIdentity(7, 11)
+
+
+def test_commit_of_an_aborted_transaction_is_lost():
+    with pytest.raises(TransactionLostError, match="the broker aborted it"):
+        run(commit(), EndAnswer(codes.INVALID_TXN_STATE), Described(ObservedTransaction("CompleteAbort", 7, 11)))
+
+
+def test_commit_retry_after_success_elsewhere_reports_committed():
+    sent, settled = run(commit(1), EndAnswer(codes.PRODUCER_FENCED),
+                        Described(ObservedTransaction("CompleteCommit", 7, 10)))
+    assert sent == [EndTxn(ID, True, 1), DescribeTransaction()]
+    assert settled.outcome is TransactionOutcome.COMMITTED and not settled.ended_now
+
+
+def test_authorization_failure_is_not_retried():
+    completion = commit()
+    completion.start()
+    with pytest.raises(AuthorizationError, match="grant WRITE"):
+        completion.on_answer(EndAnswer(codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+
+
+def test_an_unexpected_error_is_raised_not_retried():
+    completion = commit()
+    completion.start()
+    with pytest.raises(KafkaProtocolError, match=r"EndTxn failed: UNKNOWN"):
+        completion.on_answer(EndAnswer(-1))
+
+
+def test_no_answer_raises_and_says_the_outcome_is_open():
+    completion = commit()
+    completion.start()
+    with pytest.raises(BrokerUnavailableError, match="not known yet: retry"):
+        completion.on_answer(NoAnswer("timed out"))
+
+
+def test_still_pending_after_errors_gives_up_as_unknown():
+    pending = Described(ObservedTransaction("Ongoing", 7, 10))
+    fenced = EndAnswer(codes.PRODUCER_FENCED)
+    with pytest.raises(TransactionOutcomeUnknownError, match="still ongoing"):
+        run(commit(), fenced, pending, fenced, pending, fenced, pending)
+
+
+def test_look_ups_back_off_while_the_coordinator_writes_markers_and_are_bounded():
+    completion = Completion("t", R, Goal.LOOK_UP, 2, max_look_ups=4)
+    in_flux = Described(ObservedTransaction("PrepareCommit", 7, 11))
+    assert completion.start() == DescribeTransaction(0.0)
+    delays = [completion.on_answer(in_flux).after_s for _ in range(3)]
+    assert delays == sorted(delays) and delays[0] > 0
+    with pytest.raises(TransactionOutcomeUnknownError, match="no settled answer after 4 look-ups"):
+        completion.on_answer(in_flux)
+
+
+def test_abort_is_conditional_and_fences_on_v1():
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True),
+                        EndAnswer(codes.NONE), InitAnswer(codes.PRODUCER_FENCED))
+    assert sent == [EndTxn(ID, False, 1), InitProducerId(1000, expected=ID)]
+    assert settled.outcome is TransactionOutcome.ABORTED
+
+
+def test_abort_finding_it_committed_reports_committed():
+    _, settled = run(Completion("t", R, Goal.ABORT, 2), EndAnswer(codes.INVALID_TXN_STATE),
+                        Described(ObservedTransaction("CompleteCommit", 7, 11)))
+    assert settled.outcome is TransactionOutcome.COMMITTED and settled.fate is Fate.COMMITTED
+
+
+def test_abort_of_a_transaction_replaced_since_touches_nothing_else():
+    """The id has a newer transaction (7:12) when the abort of 7:10 arrives: the EndTxn, conditional on 7:10, is
+    refused, and nothing is sent for 7:12."""
+    with pytest.raises(TransactionOutcomeUnknownError) as info:
+        run(Completion("t", R, Goal.ABORT, 2), EndAnswer(codes.PRODUCER_FENCED),
+            Described(ObservedTransaction("Ongoing", 7, 12)))
+    assert info.value.other_pending == "7:12"
+
+
+def test_look_up_reports_without_ending_anything():
+    sent, settled = run(Completion("t", R, Goal.LOOK_UP, 2), Described(ObservedTransaction("Ongoing", 7, 10)))
+    assert sent == [DescribeTransaction()]
+    assert settled.outcome is None and settled.pending == ID
+
+
+def test_empty_transactions_cannot_be_committed_or_aborted():
+    for goal in (Goal.COMMIT, Goal.ABORT):
+        with pytest.raises(ValueError, match="non-empty"):
+            Completion("t", PreparedTxnState.empty(), goal, 2)

@@ -1,0 +1,241 @@
+"""ProducerCore without I/O: every operation in every state, and the command sequences of the paths that matter
+(each numbered finding of the "core correctness" issue has its scenario here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka2pc import broker_errors as codes
+from kafka2pc.completion import TransactionOutcome
+from kafka2pc.coordinator_messages import (
+    AddAnswer,
+    AddPartitions,
+    Described,
+    DescribeTransaction,
+    EndAnswer,
+    EndTxn,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+)
+from kafka2pc.errors import (
+    BrokerUnavailableError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionOutcomeUnknownError,
+    TransactionStateError,
+)
+from kafka2pc.init_plan import TransactionSetup
+from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.producer_core import Done, ProducerCore
+from kafka2pc.producer_states import (
+    AbortableError,
+    Closed,
+    Ending,
+    Fatal,
+    InTransaction,
+    Owner,
+    Prepared,
+    Ready,
+    Recovered,
+    State,
+    Unowned,
+)
+
+V1 = TransactionSetup(1, False, 60_000)
+V2 = TransactionSetup(2, True, 60_000)
+ME = ProducerIdentity(5, 3)
+HELD = PreparedTxnState(5, 3, 1)
+
+
+def core_in(state) -> ProducerCore:
+    core = ProducerCore("t-0")
+    core.state = state
+    return core
+
+
+def exchange(core: ProducerCore, step, *script):
+    """Drive ``core`` from ``step``: ``script`` alternates the expected command and the answer to give it."""
+    for expected, answer in zip(script[::2], script[1::2], strict=True):
+        assert step == expected
+        step = core.on_answer(answer)
+    return step
+
+
+# -- every operation in every state ----------------------------------------------------------------------------------
+
+STATES = {
+    "UNINITIALIZED": Unowned(None),
+    "RECOVERED_IDLE": Unowned(V2),
+    "READY": Ready(V2, ME),
+    "IN_TRANSACTION": InTransaction(V2, ME, registered=True),
+    "PREPARED": Prepared(V2, ME, registered=True),
+    "RECOVERED_PREPARED": Recovered(V2, HELD, Owner.RESUMED, None),
+    "COMMITTING": Ending(V2, HELD, True, Owner.RESUMED, None),
+    "ABORTING": Ending(V2, HELD, False, Owner.OWN, ME),
+    "ABORTABLE_ERROR": AbortableError(V2, ME, True, TransactionAbortableError("write failed")),
+    "CLOSED": Closed(),
+}
+OPERATIONS = {
+    "init": lambda core: core.init(keep_prepared=False, two_phase_wanted=True, init_producer_id_max_version=6,
+                                   transaction_version=2, timeout_ms=None),
+    "begin": lambda core: core.begin(),
+    "produce": lambda core: core.open_transaction(),
+    "prepare": lambda core: core.prepare(),
+    "commit": lambda core: core.end(commit=True, operation="commit_transaction"),
+    "abort": lambda core: core.end(commit=False, operation="abort_transaction"),
+    "complete-held": lambda core: core.complete(HELD),
+    "complete-other": lambda core: core.complete(PreparedTxnState(5, 1)),
+}
+LEGAL = {
+    "UNINITIALIZED": {"init"},
+    "RECOVERED_IDLE": {"begin", "complete-held", "complete-other"},
+    "READY": {"begin", "complete-held", "complete-other"},
+    "IN_TRANSACTION": {"produce", "prepare", "commit", "abort"},
+    "PREPARED": {"commit", "abort", "complete-held", "complete-other"},
+    "RECOVERED_PREPARED": {"commit", "abort", "complete-held", "complete-other"},
+    "COMMITTING": {"commit", "complete-held"},           # only the same decision may be retried
+    "ABORTING": {"abort", "complete-other"},
+    "ABORTABLE_ERROR": {"abort"},
+    "CLOSED": set(),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("name", STATES)
+def test_every_operation_in_every_state(name, operation):
+    core = core_in(STATES[name])
+    assert core.name.value == name
+    if operation in LEGAL[name]:
+        OPERATIONS[operation](core)
+        return
+    with pytest.raises(TransactionStateError) as info:
+        OPERATIONS[operation](core)
+    assert info.value.state == name
+    assert core.state == STATES[name]  # an illegal call changes nothing
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_fatal_state_raises_its_error_on_every_call(operation):
+    fenced = ProducerFencedError("fenced")
+    core = core_in(Fatal(fenced))
+    with pytest.raises(ProducerFencedError) as info:
+        OPERATIONS[operation](core)
+    assert info.value is fenced
+
+
+# -- finding 1: a resumed transaction is retried under its own identity ---------------------------------------------
+
+@pytest.mark.parametrize("retry", ["complete", "commit"])
+def test_resumed_commit_retried_after_timeout_ends_the_resumed_transaction(retry):
+    """Protocol v1, protocol-level resume: the EndTxn times out; the retry must send the same EndTxn under the resumed
+    producer id and epoch (never end locally, never InitProducerId, which would abort the decided transaction)."""
+    core = core_in(Recovered(V1, HELD, Owner.RESUMED, None))
+    commit_held = EndTxn(ME, True, 1)
+    with pytest.raises(BrokerUnavailableError):
+        exchange(core, core.complete(HELD), commit_held, NoAnswer("timed out"))
+    assert core.state == Ending(V1, HELD, True, Owner.RESUMED, None)
+    again = core.complete(HELD) if retry == "complete" else core.end(commit=True, operation="commit_transaction")
+    assert exchange(core, again, commit_held, EndAnswer(codes.NONE)) == Done(TransactionOutcome.COMMITTED)
+    # finding 5: no InitProducerId right after the commit (a failure there would make the call raise after success)
+    assert core.state == Unowned(V1)
+    with pytest.raises(TransactionStateError):
+        core.end(commit=False, operation="abort_transaction")  # a retry may not change the decision
+
+
+def test_resumed_commit_in_progress_refuses_another_decision():
+    core = core_in(Ending(V1, HELD, True, Owner.RESUMED, None))
+    with pytest.raises(TransactionStateError, match="a commit of 5:3 is in progress"):
+        core.complete(PreparedTxnState(5, 1))
+
+
+# -- finding 2: v1 epochs stay unique across producers; nothing pending is not "aborted" -----------------------------
+
+def test_v1_successor_leaves_two_epochs_before_its_first_transaction():
+    core = core_in(Unowned(V1))  # after a keep-prepared recovery settled the resumed transaction
+    fresh, bump = InitProducerId(60_000), InitProducerId(60_000, expected=ProducerIdentity(5, 5))
+    step = exchange(core, core.begin(), fresh, InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
+                    bump, InitAnswer(codes.NONE, ProducerIdentity(5, 6)))
+    assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 6))
+
+
+def test_v1_producer_bumps_twice_between_its_transactions():
+    core = core_in(Prepared(V1, ME, registered=True))
+    assert exchange(core, core.end(commit=True, operation="commit_transaction"),
+                    EndTxn(ME, True, 1), EndAnswer(codes.NONE)) == Done(TransactionOutcome.COMMITTED)
+    step = exchange(core, core.begin(),
+                    InitProducerId(60_000, expected=ME), InitAnswer(codes.NONE, ProducerIdentity(5, 4)),
+                    InitProducerId(60_000, expected=ProducerIdentity(5, 4)),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
+    assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 5))
+
+
+def test_a_stale_state_is_unknown_not_aborted_not_lost():
+    core = core_in(Ready(V1, ProducerIdentity(5, 9)))
+    step = core.complete(PreparedTxnState(5, 3))
+    with pytest.raises(TransactionOutcomeUnknownError, match="moved on") as info:
+        exchange(core, step, DescribeTransaction(), Described(ObservedTransaction("CompleteCommit", 5, 9)))
+    assert info.value.observed == "CompleteCommit at 5:9"
+    assert core.state == Ready(V1, ProducerIdentity(5, 9))
+
+
+# -- finding 3: never run a transaction whose end would exhaust the epoch --------------------------------------------
+
+def test_v2_rotates_the_producer_id_before_an_exhausting_transaction():
+    core = core_in(Ready(V2, ProducerIdentity(5, 32766)))
+    step = exchange(core, core.begin(), InitProducerId(60_000, expected=ProducerIdentity(5, 32766), enable_2pc=True),
+                    InitAnswer(codes.NONE, ProducerIdentity(9, 0)))
+    assert step == Done() and core.state == InTransaction(V2, ProducerIdentity(9, 0))
+
+
+def test_v2_last_usable_epoch_needs_no_bump_and_ends_at_the_next():
+    last = ProducerIdentity(5, 32765)
+    core = core_in(Ready(V2, last))
+    assert core.begin() == Done()
+    core.note_sent()
+    assert core.prepare() == PreparedTxnState(5, 32765)
+    step = core.end(commit=True, operation="commit_transaction")
+    assert exchange(core, step, EndTxn(last, True, 2), EndAnswer(codes.NONE, ProducerIdentity(5, 32766))) == \
+        Done(TransactionOutcome.COMMITTED)
+    assert core.state == Ready(V2, ProducerIdentity(5, 32766))
+
+
+# -- finding 5: a v1 abort of a transaction the coordinator never registered is an abort, not fencing ---------------
+
+def test_v1_abort_after_failed_add_partitions_is_not_fencing():
+    core = core_in(InTransaction(V1, ME))
+    step = core.register({("t", 0)})
+    assert step == AddPartitions(ME, frozenset({("t", 0)}))
+    with pytest.raises(TransactionAbortableError):
+        core.on_answer(AddAnswer(codes.TOPIC_AUTHORIZATION_FAILED))
+    step = core.end(commit=False, operation="abort_transaction")
+    done = exchange(core, step, EndTxn(ME, False, 1), EndAnswer(codes.INVALID_TXN_STATE),
+                    DescribeTransaction(), Described(ObservedTransaction("Empty", 5, 3)))
+    assert done == Done(TransactionOutcome.ABORTED)
+    assert core.state == Ready(V1, ME, bumps_due=2)
+
+
+def test_prepared_state_records_the_transaction_protocol():
+    for setup in (V1, V2):
+        core = core_in(InTransaction(setup, ME, registered=True))
+        assert core.prepare().transaction_version == setup.transaction_version
+
+
+# -- empty transactions ----------------------------------------------------------------------------------------------
+
+def test_a_transaction_that_wrote_nothing_prepares_empty_and_ends_locally():
+    core = core_in(InTransaction(V2, ME))
+    assert core.prepare().is_empty
+    assert core.complete(PreparedTxnState.empty()) == Done(TransactionOutcome.COMMITTED)  # nothing was sent
+    assert core.state == Ready(V2, ME)
+
+
+def test_own_commit_answered_fenced_and_taken_over_is_fencing():
+    core = core_in(Prepared(V2, ME, registered=True))
+    step = core.end(commit=True, operation="commit_transaction")
+    with pytest.raises(ProducerFencedError, match="owned by a newer producer"):
+        exchange(core, step, EndTxn(ME, True, 2), EndAnswer(codes.PRODUCER_FENCED),
+                 DescribeTransaction(), Described(ObservedTransaction("Empty", 5, 5)))
+    assert core.name is State.FATAL_ERROR
