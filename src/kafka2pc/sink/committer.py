@@ -23,9 +23,12 @@ class Committer:
 
     def commit(self, decision: Decision) -> list[PreparedTransaction]:
         """Record ``decision`` (the commit point), commit every transaction of it, mark it done; returns them (their
-        ids are free again)."""
+        ids are free again). The same decision again is a no-op once done (its ids may be reused since), and rolls
+        it forward while not done; another decision for a recorded checkpoint raises
+        :class:`~kafka2pc.sink.DecisionConflictError`."""
         self.decision_log.record(decision)
-        self.roll_forward(decision)
+        if not self.decision_log.is_done(decision.checkpoint):
+            self.roll_forward(decision)
         return list(decision.transactions)
 
     def roll_forward(self, decision: Decision) -> None:

@@ -66,6 +66,9 @@ class DecisionLog(Protocol):
     def last_checkpoint(self) -> int | None:
         """The highest recorded checkpoint, done or not."""
 
+    def is_done(self, checkpoint: int) -> bool:
+        """Whether ``checkpoint`` is recorded and marked done."""
+
     def decision(self, checkpoint: int) -> Decision | None:
         """The decision of ``checkpoint`` if it is still kept."""
 
@@ -189,6 +192,9 @@ class FileDecisionLog:
 
     def decision(self, checkpoint: int) -> Decision | None:
         return self._read(checkpoint) if self._decision_path(checkpoint).exists() else None
+
+    def is_done(self, checkpoint: int) -> bool:
+        return self._decision_path(checkpoint).exists() and self._done_path(checkpoint).exists()
 
     def _prune(self) -> None:
         if self.retain_done is None:
