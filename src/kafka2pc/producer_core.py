@@ -16,19 +16,26 @@ from typing import Any
 import attrs
 
 from kafka2pc import broker_errors as codes
-from kafka2pc.completion import MAX_TRANSACTION_EPOCH, Completion, Fate, Goal, Settled, TransactionOutcome
-from kafka2pc.coordinator_messages import AddAnswer, AddPartitions, Answer, Command, InitAnswer, NoAnswer
+from kafka2pc.begin_plan import FATAL, Beginning, fresh_bumps
+from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome
+from kafka2pc.coordinator_messages import (
+    AddAnswer,
+    AddPartitions,
+    Answer,
+    Command,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+)
 from kafka2pc.errors import (
     AuthorizationError,
     BrokerUnavailableError,
-    ConfigError,
-    ProducerFencedError,
     TransactionAbortableError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
     TransactionStateError,
 )
-from kafka2pc.init_plan import Initialization, Initialized, TransactionSetup, fenced, init_error
+from kafka2pc.init_plan import Initialization, Initialized, TransactionSetup, fenced
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer_states import (
     AbortableError,
@@ -47,9 +54,6 @@ from kafka2pc.producer_states import (
     state_name,
 )
 
-#: errors after which the producer can only be closed
-_FATAL = (ProducerFencedError, AuthorizationError, ConfigError, TransactionLostError)
-
 
 @attrs.frozen
 class Done:
@@ -59,11 +63,6 @@ class Done:
 
 
 Step = Command | Done
-
-
-@attrs.frozen
-class _Bumping:
-    fresh: bool
 
 
 @attrs.frozen
@@ -80,7 +79,7 @@ class ProducerCore:
         self.fallback_reason: str | None = None
         #: how transactions run, once init_transactions has decided it (kept after close)
         self.setup: TransactionSetup | None = None
-        self._operation: Initialization | Completion | _Bumping | _Adding | None = None
+        self._operation: Initialization | Beginning | Completion | _Adding | None = None
 
     @property
     def name(self) -> State:
@@ -122,7 +121,7 @@ class ProducerCore:
             owner = Owner.KEPT_BY_BROKER if found.kept_by_broker else Owner.RESUMED
             self.state = Recovered(found.setup, found.held, owner, found.identity)
         elif found.identity is not None:
-            self.state = Ready(found.setup, found.identity, bumps_due=_fresh_bumps(found.setup.transaction_version))
+            self.state = Ready(found.setup, found.identity, bumps_due=fresh_bumps(found.setup.transaction_version))
         else:
             self.state = Unowned(found.setup)
         return Done(found.held)
@@ -132,47 +131,19 @@ class ProducerCore:
     def begin(self) -> Step:
         """Start ``begin_transaction``: the InitProducerId requests this transaction needs first, then open it."""
         state = self.state
-        if isinstance(state, Unowned) and state.setup is not None:
-            self._operation = _Bumping(fresh=True)
-            return state.setup.init()
-        if not isinstance(state, Ready):
+        if not (isinstance(state, Ready) or (isinstance(state, Unowned) and state.setup is not None)):
             raise self._illegal("begin_transaction")
-        return self._bump_or_open(state)
+        plan = Beginning(self.transactional_id, state)
+        self._operation = plan
+        return self._began(plan, plan.start())
 
-    def _bump_or_open(self, state: Ready) -> Step:
-        # v1 keeps the epoch across transactions: two epochs between one transaction's end and the next keep
-        # "pid:epoch" unique (see completion.py). Any protocol: never run a transaction whose end would exhaust the
-        # epoch; the bump of an exhausted epoch rotates the producer id instead.
-        if state.bumps_due > 0 or state.identity.epoch > MAX_TRANSACTION_EPOCH:
-            self._operation = _Bumping(fresh=False)
-            return state.setup.init(expected=state.identity)
-        self._operation = None
-        self.state = InTransaction(state.setup, state.identity)
-        return Done()
-
-    def _after_bump(self, bumping: _Bumping, answer: InitAnswer) -> Step:
-        state = self.state
-        assert isinstance(state, Ready | Unowned) and state.setup is not None
-        if answer.error != codes.NONE or answer.identity is None:
-            error = init_error(self.transactional_id, answer.error, state.setup.timeout_ms)
-            if isinstance(error, _FATAL):
-                self._operation = None
-                self.state = Fatal(error)
-                raise error
-            if not bumping.fresh:
-                # e.g. a retried bump that had exhausted the epoch (the coordinator answers UNKNOWN_SERVER_ERROR):
-                # holding no transaction, the producer may start afresh as a restarted one would
-                self.state = Unowned(state.setup)
-                self._operation = _Bumping(fresh=True)
-                return state.setup.init()
+    def _began(self, plan: Beginning, step: InitProducerId | InTransaction) -> Step:
+        if isinstance(step, InTransaction):
             self._operation = None
-            self.state = Unowned(state.setup)
-            raise error
-        bumps = _fresh_bumps(state.setup.transaction_version) if bumping.fresh else \
-            max(0, state.bumps_due - 1) if isinstance(state, Ready) else 0
-        ready = Ready(state.setup, answer.identity, bumps)
-        self.state = ready
-        return self._bump_or_open(ready)
+            self.state = step
+            return Done()
+        self.state = plan.state
+        return step
 
     # -- writing -----------------------------------------------------------------------------------------------------
 
@@ -336,9 +307,14 @@ class ProducerCore:
             self._operation = None
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason} (state "
                                          f"{self.name.value}; the call may be retried)")
-        if isinstance(operation, _Bumping):
+        if isinstance(operation, Beginning):
             assert isinstance(answer, InitAnswer)
-            return self._after_bump(operation, answer)
+            try:
+                return self._began(operation, operation.on_answer(answer))
+            except Exception as error:
+                self._operation = None
+                self.state = Fatal(error) if isinstance(error, FATAL) else operation.state
+                raise
         if isinstance(operation, Initialization):
             return self._continue_init(operation, answer)
         if isinstance(operation, Completion):
@@ -350,7 +326,7 @@ class ProducerCore:
             step = plan.on_answer(answer)
         except Exception as error:
             self._operation = None
-            if isinstance(error, _FATAL):
+            if isinstance(error, FATAL):
                 self.state = Fatal(error)
             raise
         if isinstance(step, Initialized):
@@ -391,11 +367,6 @@ class ProducerCore:
         """Closed; nothing is sent."""
         self._operation = None
         self.state = Closed()
-
-
-def _fresh_bumps(transaction_version: int) -> int:
-    # v1: a fresh InitProducerId moved the epoch once past the id's last transaction; one more makes it two
-    return 1 if transaction_version < 2 else 0
 
 
 def _held(state: CoreState) -> PreparedTxnState | None:

@@ -190,7 +190,11 @@ class ProducerAgainstModel(RuleBasedStateMachine):
     @precondition(lambda self: self.producer is not None)
     @rule()
     def abort(self) -> None:
+        """abort_transaction, which an application never calls on a transaction it has decided to commit."""
         assert self.producer is not None
+        open_txn = self._open_txn()
+        if open_txn is not None and open_txn.identity in self.decided:
+            return
         with contextlib.suppress(EXPECTED):
             self.producer.abort_transaction()
 
@@ -300,7 +304,7 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         assert self.model.open_transactions() == [], "a transaction is left open, pinning the LSO"
         stored = next((t for t in self.model.txns if t.identity == ProducerIdentity.of(self.stored)), None) \
             if not self.stored.is_empty else None
-        if self.two_phase and stored is not None:
+        if self.two_phase and stored is not None and stored.identity in self.decided:
             assert stored.fate == "committed", f"the last decision was not committed: {stored}"
         for txn in self.model.txns:
             if txn.fate == "committed":
