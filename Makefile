@@ -41,9 +41,9 @@ bench: jars
 bench-recovery: jars
 	$(PY) benchmarks/recovery.py
 
-# Long chaos runs, by their own target (not part of `make test`).
+# Long chaos runs, by their own target (not part of `make test`), and 50 000 model-based sequences.
 chaos: jars
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache
