@@ -15,14 +15,9 @@ from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.completion import Completion, Goal, Settled, TransactionOutcome
 from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
 from kafka2pc.errors import TransactionOutcomeUnknownError
+from kafka2pc.listing import IncompleteListingError, TransactionListing
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.transport import (
-    IncompleteListingError,
-    KafkaTransport,
-    TransactionDescription,
-    TransactionListing,
-    init_producer_id,
-)
+from kafka2pc.transport import KafkaTransport, TransactionDescription, init_producer_id
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +76,7 @@ class TransactionControl:
 
     def list(self, *, states: Iterable[str] = (), pattern: str | None = None,
              running_longer_than_ms: int | None = None) -> list[TransactionListing]:
-        """ListTransactions on every broker: complete, or :class:`~kafka2pc.transport.IncompleteListingError`."""
+        """ListTransactions on every broker: complete, or :class:`~kafka2pc.listing.IncompleteListingError`."""
         listed: list[TransactionListing] = self.transport.list_transactions(
             states=list(states), pattern=pattern, running_longer_than_ms=running_longer_than_ms)
         return listed

@@ -7,16 +7,15 @@ both over a :class:`~kafka2pc.cluster_client.ClusterClient`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 import attrs
 import kafka.errors as kafka_errors
-from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
@@ -43,18 +42,13 @@ from kafka2pc.errors import (
     AuthorizationError,
     BrokerUnavailableError,
     KafkaProtocolError,
-    UnsupportedByBrokerError,
 )
-from kafka2pc.protocol_versions import (
-    INIT_PRODUCER_ID_2PC_VERSION,
-    LIST_TRANSACTIONS_DURATION_VERSION,
-    LIST_TRANSACTIONS_PATTERN_VERSION,
-)
+from kafka2pc.listing import TransactionListing, list_transactions
+from kafka2pc.protocol_versions import INIT_PRODUCER_ID_2PC_VERSION
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 @attrs.frozen
@@ -119,15 +113,6 @@ class Transport(CoordinatorTransport, ProduceTransport, Protocol):
 
 
 @attrs.frozen
-class TransactionListing:
-    """One transactional id as ListTransactions reports it."""
-
-    transactional_id: str
-    producer_id: int
-    state: str
-
-
-@attrs.frozen
 class TransactionDescription:
     """DescribeTransactions' view of one transactional id."""
 
@@ -138,11 +123,6 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int
     partitions: tuple[tuple[str, int], ...]
-
-
-class IncompleteListingError(BrokerUnavailableError):
-    """ListTransactions could not be answered by every transaction coordinator, so a listing would miss
-    transactions. Nothing was decided on it."""
 
 
 class KafkaTransport:
@@ -256,68 +236,9 @@ class KafkaTransport:
 
     def list_transactions(self, *, states: Sequence[str] = (), pattern: str | None = None,
                           running_longer_than_ms: int | None = None) -> list[TransactionListing]:
-        """ListTransactions on every broker, complete or :class:`IncompleteListingError`.
-
-        A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
-        the timeout. A leaderless ``__transaction_state`` partition makes the listing incomplete too. ``pattern``
-        (a regular expression on the transactional id) is sent to brokers with ListTransactions v2; callers must
-        still filter client-side, as older brokers ignore it.
-        """
-        max_version = self.client.broker_max_version(ListTransactionsRequest)
-        use_pattern = pattern is not None and max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
-        if running_longer_than_ms is not None and max_version < LIST_TRANSACTIONS_DURATION_VERSION:
-            raise UnsupportedByBrokerError("filtering transactions by duration needs ListTransactions v1 "
-                                           "(Apache Kafka 3.8+)")
-        kwargs: dict[str, Any] = {"state_filters": list(states), "producer_id_filters": []}
-        version = 0
-        if running_longer_than_ms is not None:
-            kwargs["duration_filter"] = running_longer_than_ms
-            version = LIST_TRANSACTIONS_DURATION_VERSION
-        if use_pattern:
-            kwargs["transactional_id_pattern"] = pattern
-            version = LIST_TRANSACTIONS_PATTERN_VERSION
-        leaders = self._transaction_state_leaders()  # also refreshes the broker list
-        brokers = self.client.broker_ids()
-        orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
-        if orphans:
-            raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
-                                         "leader: their transactions cannot be listed")
-        found: dict[str, TransactionListing] = {}
-        for broker in brokers:
-            for entry in self._list_on(broker, functools.partial(ListTransactionsRequest, min_version=version,
-                                                                 **kwargs)):
-                found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
-                                                                   entry.transaction_state)
-        return sorted(found.values(), key=lambda listing: listing.transactional_id)
-
-    def _list_on(self, broker: int, make_request: Callable[[], Any]) -> list[Any]:
-        deadline = time.monotonic() + self.timeout_s
-        backoff = 0.05
-        while True:
-            try:
-                response = self.client.send_idempotent(make_request, node_id=broker, what="ListTransactions")
-            except BrokerUnavailableError as exc:
-                raise IncompleteListingError(f"ListTransactions: broker {broker} did not answer ({exc})") from exc
-            code = int(response.error_code)
-            if code == codes.NONE:
-                return list(response.transaction_states)
-            if code not in codes.COORDINATOR_RETRIABLE:
-                raise KafkaProtocolError("ListTransactions", codes.error_name(code), code, f"broker {broker}")
-            if time.monotonic() + backoff > deadline:
-                raise IncompleteListingError(f"ListTransactions: broker {broker} kept answering "
-                                             f"{codes.error_name(code)} for {self.timeout_s:g} s")
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
-
-    def _transaction_state_leaders(self) -> dict[int, int]:
-        """Partition -> leader of the transaction coordinators' topic ({} where it cannot be read)."""
-        try:
-            return self.client.partition_leaders(_TRANSACTION_STATE_TOPIC)
-        except KafkaProtocolError as exc:
-            if exc.error_code != codes.UNKNOWN_TOPIC_OR_PARTITION:  # unknown: no transaction ever ran here
-                log.warning("cannot check that every transaction coordinator is available (%s); relying on the "
-                            "brokers' answers alone", exc)
-            return {}
+        """ListTransactions on every broker: complete, or :class:`~kafka2pc.listing.IncompleteListingError`."""
+        return list_transactions(self.client, states=states, pattern=pattern,
+                                 running_longer_than_ms=running_longer_than_ms, timeout_s=self.timeout_s)
 
     def broker_config(self, name: str) -> str | None:
         """A broker config's value; None where it cannot be read (unknown, or no DESCRIBE_CONFIGS)."""

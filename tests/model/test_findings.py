@@ -20,9 +20,10 @@ from kafka2pc import (
 )
 from kafka2pc import broker_errors as codes
 from kafka2pc.coordinator_messages import InitProducerId, ProducerIdentity
+from kafka2pc.listing import IncompleteListingError
 from kafka2pc.producer_states import State
 from kafka2pc.transaction_control import TransactionControl
-from kafka2pc.transport import IncompleteListingError, KafkaTransport
+from kafka2pc.transport import KafkaTransport
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 
 TXN_ID = "app-0"

@@ -38,7 +38,7 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
                             keep: Collection[str] = ()) -> list[str]:
     """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted.
 
-    The listing is complete or raises (:class:`~kafka2pc.transport.IncompleteListingError`) before anything is
+    The listing is complete or raises (:class:`~kafka2pc.listing.IncompleteListingError`) before anything is
     aborted. Each abort is conditional on the producer id listed and the producer id and epoch described: a
     transaction that started on the id since is left alone."""
     kept = set(keep)

@@ -1,0 +1,104 @@
+"""ListTransactions across a whole cluster, complete or failing loudly: what LISTING recovery and
+``kafka2pc txns`` stand on."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+from kafka.protocol.admin.transactions import ListTransactionsRequest
+
+from kafka2pc import broker_errors as codes
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.errors import BrokerUnavailableError, KafkaProtocolError, UnsupportedByBrokerError
+from kafka2pc.protocol_versions import LIST_TRANSACTIONS_DURATION_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
+
+log = logging.getLogger(__name__)
+
+_TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
+@attrs.frozen
+class TransactionListing:
+    """One transactional id as ListTransactions reports it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class IncompleteListingError(BrokerUnavailableError):
+    """ListTransactions could not be answered by every transaction coordinator, so a listing would miss
+    transactions. Nothing was decided on it."""
+
+
+def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), pattern: str | None = None,
+                      running_longer_than_ms: int | None = None, timeout_s: float = 60.0) -> list[TransactionListing]:
+    """ListTransactions on every broker, complete or :class:`IncompleteListingError`.
+
+    A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
+    ``timeout_s``. A ``__transaction_state`` partition without an available leader makes the listing incomplete
+    too. ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions
+    v2; callers must still filter client-side, as older brokers ignore it.
+    """
+    max_version = client.broker_max_version(ListTransactionsRequest)
+    use_pattern = pattern is not None and max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
+    if running_longer_than_ms is not None and max_version < LIST_TRANSACTIONS_DURATION_VERSION:
+        raise UnsupportedByBrokerError("filtering transactions by duration needs ListTransactions v1 "
+                                       "(Apache Kafka 3.8+)")
+    kwargs: dict[str, Any] = {"state_filters": list(states), "producer_id_filters": []}
+    version = 0
+    if running_longer_than_ms is not None:
+        kwargs["duration_filter"] = running_longer_than_ms
+        version = LIST_TRANSACTIONS_DURATION_VERSION
+    if use_pattern:
+        kwargs["transactional_id_pattern"] = pattern
+        version = LIST_TRANSACTIONS_PATTERN_VERSION
+    leaders = _transaction_state_leaders(client)  # also refreshes the broker list
+    brokers = client.broker_ids()
+    orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
+    if orphans:
+        raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available leader: "
+                                     "their transactions cannot be listed")
+    found: dict[str, TransactionListing] = {}
+    make_request = functools.partial(ListTransactionsRequest, min_version=version, **kwargs)
+    for broker in brokers:
+        for entry in _list_on(client, broker, make_request, timeout_s):
+            found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
+                                                               entry.transaction_state)
+    return sorted(found.values(), key=lambda listing: listing.transactional_id)
+
+
+def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any], timeout_s: float) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    backoff = 0.05
+    while True:
+        try:
+            response = client.send_idempotent(make_request, node_id=broker, what="ListTransactions")
+        except BrokerUnavailableError as exc:
+            raise IncompleteListingError(f"ListTransactions: broker {broker} did not answer ({exc})") from exc
+        code = int(response.error_code)
+        if code == codes.NONE:
+            return list(response.transaction_states)
+        if code not in codes.COORDINATOR_RETRIABLE:
+            raise KafkaProtocolError("ListTransactions", codes.error_name(code), code, f"broker {broker}")
+        if time.monotonic() + backoff > deadline:
+            raise IncompleteListingError(f"ListTransactions: broker {broker} kept answering "
+                                         f"{codes.error_name(code)} for {timeout_s:g} s")
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
+
+
+def _transaction_state_leaders(client: ClusterClient) -> dict[int, int]:
+    """Partition -> leader of the transaction coordinators' topic ({} where it cannot be read)."""
+    try:
+        return client.partition_leaders(_TRANSACTION_STATE_TOPIC)
+    except KafkaProtocolError as exc:
+        if exc.error_code != codes.UNKNOWN_TOPIC_OR_PARTITION:  # unknown: no transaction ever ran here
+            log.warning("cannot check that every transaction coordinator is available (%s); relying on the "
+                        "brokers' answers alone", exc)
+        return {}
