@@ -1,24 +1,116 @@
-"""What begin_transaction sends before a transaction opens: an InitProducerId for a producer without an id of its
-own, protocol v1's epoch bumps, and a producer-id rotation before an epoch whose end would exhaust it. Pure; no I/O.
+"""The InitProducerId requests around a producer's transactions: a fresh one for a producer without an id of its own,
+transaction protocol v1's two epoch bumps between transactions, and a producer-id rotation before an epoch whose end
+would exhaust it. Pure; no I/O.
+
+A bump names the producer's own identity, and Kafka checks only the producer id of that when a transaction is
+Ongoing — then it aborts the transaction, whoever's it is. A fenced producer that bumped blindly could abort its
+successor's prepared transaction. So every bump is *guarded*: DescribeTransactions first, and the bump is sent only
+while the id is at exactly this producer's identity and in no transaction, once (a lost or busy answer is looked at
+again, never re-sent blindly). v1 bumps right after the producer's own end, so a producer that is fenced later
+sends nothing when it begins its next transaction, as Kafka's own producer does.
 """
 
 from __future__ import annotations
 
 from kafka2pc import broker_errors as codes
 from kafka2pc.completion import MAX_TRANSACTION_EPOCH
-from kafka2pc.coordinator_messages import InitAnswer, InitProducerId
-from kafka2pc.errors import AuthorizationError, ConfigError, ProducerFencedError, TransactionLostError
-from kafka2pc.init_plan import TransactionSetup, init_error
+from kafka2pc.coordinator_messages import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    IN_FLUX,
+    Answer,
+    Described,
+    DescribeTransaction,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+)
+from kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnavailableError,
+    ConfigError,
+    ProducerFencedError,
+    TransactionLostError,
+)
+from kafka2pc.init_plan import TransactionSetup, fenced, init_error
 from kafka2pc.producer_states import InTransaction, Ready, Unowned
 
 #: errors after which the producer can only be closed
 FATAL = (ProducerFencedError, AuthorizationError, ConfigError, TransactionLostError)
+_LOOKS = 20
+_BACKOFF_S = (0.01, 0.02, 0.05, 0.1, 0.2)
 
 
 def fresh_bumps(transaction_version: int) -> int:
     """Bumps due after a fresh InitProducerId. v1: it moved the epoch once past the id's last transaction; one more
     makes the two that keep "pid:epoch" unique (see completion.py). v2 bumps at every end by itself."""
     return 1 if transaction_version < 2 else 0
+
+
+def needs_bump(ready: Ready) -> bool:
+    """Whether ``ready`` must bump before its next transaction."""
+    return ready.bumps_due > 0 or ready.identity.epoch > MAX_TRANSACTION_EPOCH
+
+
+class Bumping:
+    """Guarded bumps of ``state`` until none is due: :meth:`start`, then :meth:`on_answer` until a
+    :class:`~kafka2pc.producer_states.Ready` with nothing due comes back, or an
+    :class:`~kafka2pc.producer_states.Unowned` when the producer must start afresh (its id expired, or the
+    coordinator cannot bump this identity). Raises ProducerFencedError when the id is no longer this producer's,
+    BrokerUnavailableError on a lost answer (:attr:`state` then says what is still due)."""
+
+    def __init__(self, transactional_id: str, state: Ready):
+        self.transactional_id = transactional_id
+        self.state = state
+        self._looks = 0
+
+    @property
+    def setup(self) -> TransactionSetup:
+        """The producer's transaction setup."""
+        return self.state.setup
+
+    def start(self) -> DescribeTransaction | Ready:
+        """Look before the first bump (or report that none is due)."""
+        if not needs_bump(self.state):
+            return self.state
+        return self._look()
+
+    def _look(self) -> DescribeTransaction:
+        if self._looks >= _LOOKS:
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r} stayed busy; the bump of "
+                                         f"{self.state.identity} may be retried")
+        delay = _BACKOFF_S[min(self._looks, len(_BACKOFF_S) - 1)] if self._looks else 0.0
+        self._looks += 1
+        return DescribeTransaction(after_s=delay)
+
+    def on_answer(self, answer: Answer) -> DescribeTransaction | InitProducerId | Ready | Unowned:
+        """The next command, or where the producer stands once nothing is due."""
+        mine = self.state.identity
+        if isinstance(answer, NoAnswer):
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}; the bump of "
+                                         f"{mine} may be retried")
+        if isinstance(answer, Described):
+            observed = answer.observed
+            if observed is None:
+                return Unowned(self.setup)  # the id expired: a fresh InitProducerId starts a new producer id
+            if observed.identity == mine and observed.state in IN_FLUX:
+                return self._look()  # this producer's own end is still writing its markers
+            if observed.identity != mine or observed.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+                raise fenced(self.transactional_id, f"the coordinator reports {observed}; no bump was sent")
+            return self.setup.init(expected=mine)
+        if not isinstance(answer, InitAnswer):
+            raise TypeError(f"unexpected answer {answer!r}")
+        if answer.error == codes.NONE and answer.identity is not None:
+            self.state = Ready(self.setup, answer.identity, max(0, self.state.bumps_due - 1))
+            return self.start()
+        if answer.error == codes.CONCURRENT_TRANSACTIONS:
+            return self._look()
+        error = init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
+        if isinstance(error, FATAL):
+            raise error
+        # e.g. UNKNOWN_SERVER_ERROR for a bump of an exhausted epoch: holding no transaction, start afresh
+        return Unowned(self.setup)
 
 
 class Beginning:
@@ -30,38 +122,45 @@ class Beginning:
         assert state.setup is not None
         self.transactional_id = transactional_id
         self.setup: TransactionSetup = state.setup
-        self.state = state
-        self._fresh = isinstance(state, Unowned)
+        self.state: Ready | Unowned = state
+        self._bumping: Bumping | None = None
+        self._restarted = False
 
-    def start(self) -> InitProducerId | InTransaction:
+    def start(self) -> DescribeTransaction | InitProducerId | InTransaction:
         """The first command, or the open transaction when none is needed."""
         if isinstance(self.state, Unowned):
             return self.setup.init()
-        return self._bump_or_open(self.state)
+        return self._bump(self.state)
 
-    def _bump_or_open(self, ready: Ready) -> InitProducerId | InTransaction:
-        # the bump of an exhausted epoch rotates the producer id: never run a transaction whose end would do that
-        if ready.bumps_due > 0 or ready.identity.epoch > MAX_TRANSACTION_EPOCH:
-            self._fresh = False
-            return self.setup.init(expected=ready.identity)
-        return InTransaction(self.setup, ready.identity)
-
-    def on_answer(self, answer: InitAnswer) -> InitProducerId | InTransaction:
-        """The next command, or the open transaction."""
-        if answer.error != codes.NONE or answer.identity is None:
-            error = init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
-            if isinstance(error, FATAL) or self._fresh:
-                self.state = Unowned(self.setup)
-                raise error
-            # e.g. a retried bump that had exhausted the epoch (the coordinator answers UNKNOWN_SERVER_ERROR):
-            # holding no transaction, the producer starts afresh, as a restarted one would
-            self.state = Unowned(self.setup)
-            self._fresh = True
-            return self.setup.init()
-        if self._fresh:
-            bumps = fresh_bumps(self.setup.transaction_version)
-        else:
-            bumps = max(0, self.state.bumps_due - 1) if isinstance(self.state, Ready) else 0
-        ready = Ready(self.setup, answer.identity, bumps)
+    def _bump(self, ready: Ready) -> DescribeTransaction | InitProducerId | InTransaction:
         self.state = ready
-        return self._bump_or_open(ready)
+        self._bumping = Bumping(self.transactional_id, ready)
+        return self._after_bumping(self._bumping.start())
+
+    def _after_bumping(self, step: DescribeTransaction | InitProducerId | Ready | Unowned
+                       ) -> DescribeTransaction | InitProducerId | InTransaction:
+        if isinstance(step, Ready):
+            return InTransaction(self.setup, step.identity)
+        if isinstance(step, Unowned):
+            if self._restarted:
+                raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: a fresh InitProducerId "
+                                             "could not produce a usable epoch")
+            self._restarted = True
+            self.state, self._bumping = step, None
+            return self.setup.init()
+        return step
+
+    def on_answer(self, answer: Answer) -> DescribeTransaction | InitProducerId | InTransaction:
+        """The next command, or the open transaction."""
+        if self._bumping is not None:
+            try:
+                step = self._bumping.on_answer(answer)
+            finally:
+                self.state = self._bumping.state
+            return self._after_bumping(step)
+        if isinstance(answer, NoAnswer):
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}")
+        assert isinstance(answer, InitAnswer)
+        if answer.error != codes.NONE or answer.identity is None:
+            raise init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
+        return self._bump(Ready(self.setup, answer.identity, fresh_bumps(self.setup.transaction_version)))

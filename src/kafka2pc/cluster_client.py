@@ -17,7 +17,7 @@ import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from kafka2pc.broker_errors import COORDINATOR_RETRIABLE, error_name
+from kafka2pc.broker_errors import CONCURRENT_TRANSACTIONS, COORDINATOR_RETRIABLE, error_name
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
     AuthorizationError,
@@ -204,12 +204,19 @@ class ClusterClient:
         *,
         timeout_s: float = 60.0,
         error_code_of: Callable[[Any], int] = lambda response: int(response.error_code),
+        resend: bool = True,
     ) -> Any:
         """Send a request to the coordinator of ``transactional_id``, following it when it moves or loads.
 
         Coordinator-level retriable errors (:data:`COORDINATOR_RETRIABLE`, lost connections) are retried with
         backoff until ``timeout_s``; any other response, error or not, is returned for the caller to interpret.
         ``make_request`` builds a fresh request for each attempt.
+
+        With ``resend=False`` a request that may have reached the coordinator is never sent again: a lost connection
+        or answer raises BrokerUnavailableError at once and CONCURRENT_TRANSACTIONS is returned, so the caller can
+        look at the coordinator's state before deciding anything (a busy coordinator or a lost answer means another
+        client may act in between). Answers that mean "not processed" (not the coordinator, still loading) are
+        still followed.
         """
         deadline = time.monotonic() + timeout_s
         backoff = 0.05
@@ -224,10 +231,13 @@ class ClusterClient:
                     raise
                 problem = exc.error_name
             except _TRANSIENT as exc:
+                if not resend:
+                    raise BrokerUnavailableError(f"coordinator for {transactional_id!r}: {type(exc).__name__}; the "
+                                                 "request may or may not have been processed") from exc
                 problem = type(exc).__name__
             else:
                 code = error_code_of(response)
-                if code not in COORDINATOR_RETRIABLE:
+                if code not in COORDINATOR_RETRIABLE or (not resend and code == CONCURRENT_TRANSACTIONS):
                     return response
                 problem = error_name(code)
             if time.monotonic() + backoff > deadline:

@@ -13,6 +13,12 @@ A transaction is identified by its producer id and epoch. kafka2pc keeps that id
   EndTxn) or ``CompleteAbort(e + 1)`` (aborted by the coordinator on timeout or fencing), and none of those can
   belong to another transaction.
 
+A handle names a transaction that reached the coordinator (``prepare_transaction`` hands out the empty state for one
+that did not). Under these rules the two protocols never disagree about such a transaction: a v2 one always leaves
+the epoch at *e + 1* or beyond, so ``Complete*`` at *e* can only be a v1 end, and no kafka2pc transaction runs at a
+v1 *e + 1*, so ``CompleteCommit`` at *e + 1* can only be a v2 end. :func:`judge` therefore needs no protocol version,
+and stays exact across a cluster upgrade from ``transaction.version`` 1 to 2.
+
 Every verdict is a fact the coordinator's state implies under those rules; where it implies nothing, the verdict is
 :attr:`Fate.UNKNOWN` and callers raise :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` rather than guess.
 """
@@ -89,7 +95,7 @@ class Judgement:
     other_pending: ProducerIdentity | None = None
 
 
-def judge(requested: PreparedTxnState, observed: ObservedTransaction | None, transaction_version: int) -> Judgement:
+def judge(requested: PreparedTxnState, observed: ObservedTransaction | None) -> Judgement:
     """What ``observed`` (DescribeTransactions; None: the id is unknown) implies about ``requested``."""
     if observed is not None and observed.state in IN_FLUX:
         return Judgement(Fate.IN_FLUX, f"coordinator reports {observed}")
@@ -111,14 +117,13 @@ def judge(requested: PreparedTxnState, observed: ObservedTransaction | None, tra
         return Judgement(Fate.UNKNOWN, f"{seen}: a later transaction has started since", other)
     if observed.state not in (COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY):
         return Judgement(Fate.UNKNOWN, seen)
-    ended_at = (0,) if transaction_version < 2 else (1,)
-    aborted_at = (0, 1) if transaction_version < 2 else (1,)
-    if observed.state == COMPLETE_COMMIT and lag in ended_at:
+    # v1 ends at e (commit, EndTxn abort) or e + 1 (coordinator abort); v2 at e + 1: see the module docstring
+    if observed.state == COMPLETE_COMMIT and lag in (0, 1):
         return Judgement(Fate.COMMITTED, seen)
-    if observed.state == COMPLETE_ABORT and lag in aborted_at:
+    if observed.state == COMPLETE_ABORT and lag in (0, 1):
         return Judgement(Fate.ABORTED, seen)
-    # v2: a transaction at e leaves the epoch at >= e + 1 once it registers; v1: it leaves Empty(e) behind for good
-    if lag < 0 or (lag == 0 and (transaction_version >= 2 or observed.state == EMPTY)):
+    # a transaction at e, once registered, never leaves Empty(e) behind: the id never got past it
+    if lag < 0 or (lag == 0 and observed.state == EMPTY):
         return Judgement(Fate.NEVER_STARTED, seen)
     return Judgement(Fate.UNKNOWN, f"{seen}: the id has moved on since")
 
@@ -146,6 +151,8 @@ class Settled:
     ended_now: bool = False
     next_identity: ProducerIdentity | None = None
     pending: ProducerIdentity | None = None
+    #: protocol v1 abort with ``fence_after_abort``: whether the identity is known to be fenced now
+    fenced: bool | None = None
 
 
 class Completion:
@@ -195,7 +202,8 @@ class Completion:
 
     def _describe(self) -> DescribeTransaction:
         if self._look_ups_left <= 0:
-            raise self._unknown(f"no settled answer after {self._look_ups} look-ups ({self._last_answer})")
+            raise self._unknown(f"no settled answer after {self._look_ups} look-ups ({self._last_answer})",
+                                still_pending=True)
         self._look_ups_left -= 1
         delay = _LOOK_AGAIN_S[min(self._look_ups, len(_LOOK_AGAIN_S) - 1)] if self._look_ups else 0.0
         self._look_ups += 1
@@ -204,13 +212,12 @@ class Completion:
     def on_answer(self, answer: Answer) -> Command | Settled:
         """The next command, or the settled result."""
         if self._fencing:
-            return Settled(TransactionOutcome.ABORTED, Fate.ABORTED,
-                           f"aborted and fenced ({_describe_answer(answer)})", ended_now=True)
+            return self._fence_step(answer)
         if isinstance(answer, EndAnswer):
             return self._after_end(answer)
         if isinstance(answer, Described):
             self._last_observed = answer.observed
-            return self._after_look_up(judge(self.requested, answer.observed, self.transaction_version))
+            return self._after_look_up(judge(self.requested, answer.observed))
         if isinstance(answer, NoAnswer):
             raise BrokerUnavailableError(f"transaction {self.requested} of {self.transactional_id!r}: "
                                          f"{answer.reason}; whether it ended is not known yet: retry")
@@ -220,7 +227,8 @@ class Completion:
         if answer.error == codes.NONE:
             if self.goal is Goal.ABORT and self.fence_after_abort:
                 self._fencing = True
-                return InitProducerId(FENCE_TIMEOUT_MS, expected=self._identity)
+                self._look_ups = 0
+                return self._describe()
             if self.goal is Goal.COMMIT:
                 return Settled(TransactionOutcome.COMMITTED, Fate.COMMITTED, "EndTxn accepted", ended_now=True,
                                next_identity=answer.next_identity)
@@ -235,6 +243,35 @@ class Completion:
                                      f"transaction {self.requested} of {self.transactional_id!r}")
         return self._describe()
 
+    def _fence_step(self, answer: Answer) -> Command | Settled:
+        """v1, after the abort: bump the aborted identity, so a zombie writer cannot reopen a transaction at it —
+        but only after looking: the bump is sent once, while the id is still at exactly that identity (aborted, or
+        reopened by the zombie at that same epoch, which the bump then aborts too); never onto a newer transaction
+        (Kafka would abort that, checking only the producer id)."""
+        mine = self._identity
+        if isinstance(answer, Described):
+            self._last_observed = observed = answer.observed
+            if observed is not None and observed.identity == mine:
+                if observed.state in IN_FLUX:
+                    return self._describe()
+                if observed.state in (COMPLETE_ABORT, ONGOING):
+                    return InitProducerId(FENCE_TIMEOUT_MS, expected=mine, once=True)
+                return self._fenced(False, f"aborted; then the coordinator reported {observed}: a writer reopened "
+                                           "the transaction at this epoch and ended it")
+            return self._fenced(True, f"aborted; the id has moved on since ({observed}), which fences this epoch")
+        if isinstance(answer, InitAnswer):
+            if answer.error in (codes.NONE, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH):
+                return self._fenced(True, f"aborted and fenced ({codes.error_name(answer.error)})")
+            if answer.error == codes.CONCURRENT_TRANSACTIONS:
+                return self._describe()
+            return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
+        if isinstance(answer, NoAnswer):
+            return self._fenced(False, f"aborted; the fencing InitProducerId got no answer: {answer.reason}")
+        raise TypeError(f"unexpected answer {answer!r}")
+
+    def _fenced(self, fenced: bool, detail: str) -> Settled:
+        return Settled(TransactionOutcome.ABORTED, Fate.ABORTED, detail, ended_now=True, fenced=fenced)
+
     def _after_look_up(self, verdict: Judgement) -> Command | Settled:
         fate = verdict.fate
         if fate is Fate.IN_FLUX:
@@ -243,7 +280,7 @@ class Completion:
             if self.goal is Goal.LOOK_UP:
                 return Settled(None, fate, verdict.reason, pending=self._identity)
             if self._ends_left <= 0:
-                raise self._unknown(f"still ongoing after repeated EndTxn ({self._last_answer})")
+                raise self._unknown(f"still ongoing after repeated EndTxn ({self._last_answer})", still_pending=True)
             return self._end()
         if fate is Fate.COMMITTED:
             if self.goal is Goal.ABORT:
@@ -264,16 +301,10 @@ class Completion:
         observed = self._last_observed
         return None if observed is None else observed.identity
 
-    def _unknown(self, reason: str, pending: ProducerIdentity | None = None) -> TransactionOutcomeUnknownError:
+    def _unknown(self, reason: str, pending: ProducerIdentity | None = None, *,
+                 still_pending: bool = False) -> TransactionOutcomeUnknownError:
         return TransactionOutcomeUnknownError(self.transactional_id, str(self.requested), reason,
                                               observed=None if self._last_observed is None
                                               else str(self._last_observed),
-                                              other_pending=None if pending is None else str(pending))
-
-
-def _describe_answer(answer: Answer) -> str:
-    if isinstance(answer, InitAnswer):
-        return f"InitProducerId answered {codes.error_name(answer.error)}"
-    if isinstance(answer, NoAnswer):
-        return f"InitProducerId got no answer: {answer.reason}"
-    return repr(answer)
+                                              other_pending=None if pending is None else str(pending),
+                                              still_pending=still_pending)

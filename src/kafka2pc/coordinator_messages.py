@@ -64,12 +64,18 @@ class ObservedTransaction:
 @attrs.frozen
 class InitProducerId:
     """InitProducerId. With ``expected`` it bumps (or rotates) that identity (KIP-360) and fails with
-    PRODUCER_FENCED if the coordinator has moved on; without, it starts a new producer and fences every earlier one."""
+    PRODUCER_FENCED if the coordinator has moved on; without, it starts a new producer and fences every earlier one.
+
+    Kafka checks only the producer id of ``expected`` when a transaction is Ongoing, and then aborts it: so an
+    InitProducerId with ``expected`` is sent only right after DescribeTransactions showed the id at exactly that
+    identity and in no transaction, and with ``once`` (never re-sent after a lost answer or a busy coordinator; the
+    caller looks again instead)."""
 
     transaction_timeout_ms: int
     expected: ProducerIdentity | None = None
     enable_2pc: bool = False
     keep_prepared: bool = False
+    once: bool = False
 
 
 @attrs.frozen

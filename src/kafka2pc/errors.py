@@ -79,7 +79,7 @@ class TransactionOutcomeUnknownError(Kafka2pcError):
     the attributes say what is known."""
 
     def __init__(self, transactional_id: str, requested: str, reason: str, *, observed: str | None = None,
-                 other_pending: str | None = None) -> None:
+                 other_pending: str | None = None, still_pending: bool = False) -> None:
         super().__init__(f"the outcome of transaction {requested} of transactional id {transactional_id!r} cannot be "
                          f"known: {reason}")
         self.transactional_id = transactional_id
@@ -89,6 +89,8 @@ class TransactionOutcomeUnknownError(Kafka2pcError):
         self.observed = observed
         #: the producer id and epoch of another transaction ongoing on the id, if any
         self.other_pending = other_pending
+        #: the transaction may still be pending (the coordinator kept it ongoing or in flux): retrying may settle it
+        self.still_pending = still_pending
 
 
 class RecordTooLargeError(Kafka2pcError, ValueError):

@@ -48,8 +48,10 @@ class TransactionSetup:
     timeout_ms: int
 
     def init(self, expected: ProducerIdentity | None = None) -> InitProducerId:
-        """InitProducerId for this setup (a fresh producer, or a bump of ``expected``)."""
-        return InitProducerId(self.timeout_ms, expected=expected, enable_2pc=self.two_phase)
+        """InitProducerId for this setup: a fresh producer, or a bump of ``expected`` (sent once: see
+        :class:`~kafka2pc.coordinator_messages.InitProducerId`)."""
+        return InitProducerId(self.timeout_ms, expected=expected, enable_2pc=self.two_phase,
+                              once=expected is not None)
 
 
 @attrs.frozen

@@ -41,9 +41,11 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     """ListTransactions on every broker, complete or :class:`IncompleteListingError`.
 
     A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
-    ``timeout_s``. A ``__transaction_state`` partition without an available leader makes the listing incomplete
-    too. ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions
-    v2; callers must still filter client-side, as older brokers ignore it.
+    ``timeout_s``. A ``__transaction_state`` partition without an available leader, or leaders that cannot be read,
+    make the listing incomplete too; and since a broker answers only for the coordinators it leads when it is asked,
+    the leaders are read again after the fan-out and the listing repeated (up to three times) if any moved.
+    ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions v2;
+    callers must still filter client-side, as older brokers ignore it.
     """
     max_version = client.broker_max_version(ListTransactionsRequest)
     use_pattern = pattern is not None and max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
@@ -58,19 +60,23 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     if use_pattern:
         kwargs["transactional_id_pattern"] = pattern
         version = LIST_TRANSACTIONS_PATTERN_VERSION
-    leaders = _transaction_state_leaders(client)  # also refreshes the broker list
-    brokers = client.broker_ids()
-    orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
-    if orphans:
-        raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available leader: "
-                                     "their transactions cannot be listed")
-    found: dict[str, TransactionListing] = {}
     make_request = functools.partial(ListTransactionsRequest, min_version=version, **kwargs)
-    for broker in brokers:
-        for entry in _list_on(client, broker, make_request, timeout_s):
-            found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
-                                                               entry.transaction_state)
-    return sorted(found.values(), key=lambda listing: listing.transactional_id)
+    for _ in range(3):  # bounded: coordinators rarely move twice during one listing
+        leaders = _transaction_state_leaders(client)  # also refreshes the broker list
+        brokers = client.broker_ids()
+        orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
+        if orphans:
+            raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
+                                         "leader: their transactions cannot be listed")
+        found: dict[str, TransactionListing] = {}
+        for broker in brokers:
+            for entry in _list_on(client, broker, make_request, timeout_s):
+                found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
+                                                                   entry.transaction_state)
+        if _transaction_state_leaders(client) == leaders:
+            return sorted(found.values(), key=lambda listing: listing.transactional_id)
+        log.info("transaction coordinators moved during ListTransactions; listing again")
+    raise IncompleteListingError("transaction coordinators kept moving during ListTransactions")
 
 
 def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any], timeout_s: float) -> list[Any]:
@@ -94,11 +100,12 @@ def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any]
 
 
 def _transaction_state_leaders(client: ClusterClient) -> dict[int, int]:
-    """Partition -> leader of the transaction coordinators' topic ({} where it cannot be read)."""
+    """Partition -> leader of the transaction coordinators' topic ({} when it does not exist yet: no transaction
+    ever ran on the cluster)."""
     try:
         return client.partition_leaders(_TRANSACTION_STATE_TOPIC)
     except KafkaProtocolError as exc:
-        if exc.error_code != codes.UNKNOWN_TOPIC_OR_PARTITION:  # unknown: no transaction ever ran here
-            log.warning("cannot check that every transaction coordinator is available (%s); relying on the "
-                        "brokers' answers alone", exc)
-        return {}
+        if exc.error_code == codes.UNKNOWN_TOPIC_OR_PARTITION:
+            return {}
+        raise IncompleteListingError(f"the leaders of {_TRANSACTION_STATE_TOPIC} cannot be read ({exc}), so a "
+                                     "listing could miss transactions: grant DESCRIBE on that topic") from exc

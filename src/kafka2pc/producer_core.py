@@ -16,20 +16,21 @@ from typing import Any
 import attrs
 
 from kafka2pc import broker_errors as codes
-from kafka2pc.begin_plan import FATAL, Beginning, fresh_bumps
+from kafka2pc.begin_plan import FATAL, Beginning, Bumping, fresh_bumps
 from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome
 from kafka2pc.coordinator_messages import (
     AddAnswer,
     AddPartitions,
     Answer,
     Command,
-    InitAnswer,
+    DescribeTransaction,
     InitProducerId,
     NoAnswer,
 )
 from kafka2pc.errors import (
     AuthorizationError,
     BrokerUnavailableError,
+    KafkaProtocolError,
     TransactionAbortableError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
@@ -70,6 +71,16 @@ class _Adding:
     partitions: frozenset[TopicPartition]
 
 
+@attrs.frozen
+class _Tail:
+    """Bumps right after this producer's own end, before the call returns the end's outcome (and reports
+    ``report``)."""
+
+    bumping: Bumping
+    commit: bool
+    report: PreparedTxnState | None
+
+
 class ProducerCore:
     """The control plane of one :class:`~kafka2pc.TwoPhaseProducer`. Not thread-safe, like the producer."""
 
@@ -79,7 +90,7 @@ class ProducerCore:
         self.fallback_reason: str | None = None
         #: how transactions run, once init_transactions has decided it (kept after close)
         self.setup: TransactionSetup | None = None
-        self._operation: Initialization | Beginning | Completion | _Adding | None = None
+        self._operation: Initialization | Beginning | Completion | _Adding | _Tail | None = None
 
     @property
     def name(self) -> State:
@@ -137,7 +148,7 @@ class ProducerCore:
         self._operation = plan
         return self._began(plan, plan.start())
 
-    def _began(self, plan: Beginning, step: InitProducerId | InTransaction) -> Step:
+    def _began(self, plan: Beginning, step: DescribeTransaction | InitProducerId | InTransaction) -> Step:
         if isinstance(step, InTransaction):
             self._operation = None
             self.state = step
@@ -229,7 +240,7 @@ class ProducerCore:
             raise self._illegal(operation)
         self.state = ending
         plan = Completion(self.transactional_id, ending.target, Goal.COMMIT if commit else Goal.ABORT,
-                          ending.setup.transaction_version)
+                          ending.target.transaction_version or ending.setup.transaction_version)
         self._operation = plan
         return plan.start()
 
@@ -241,16 +252,41 @@ class ProducerCore:
             # an abort found the transaction committed: another producer completed it under this identity
             self.fatal(fenced(self.transactional_id, f"its transaction {ending.target} was committed by another "
                                                      f"producer ({settled.detail})"))
-        setup = ending.setup
+        setup, following = ending.setup, settled.next_identity
         if ending.owner is Owner.RESUMED:
             self.state = Unowned(setup)  # this producer gets its own identity when it begins a transaction
         elif setup.transaction_version >= 2:
-            following = settled.next_identity
             self.state = Unowned(setup) if following is None else Ready(setup, following)
         else:
             assert ending.identity is not None
-            self.state = Ready(setup, ending.identity, bumps_due=2)
+            after = following or ending.identity  # a coordinator abort (timeout, fence) moved the epoch once
+            if after.producer_id != ending.identity.producer_id:
+                self.state = Unowned(setup)
+            else:
+                ready = Ready(setup, after, bumps_due=max(0, 2 - (after.epoch - ending.identity.epoch)))
+                self.state = ready
+                tail = _Tail(Bumping(self.transactional_id, ready), ending.commit, ending.report)
+                return self._continue_tail(tail, tail.bumping.start())  # v1: bump now, while the id is ours
         return self._ended(ending.commit, ending.report)
+
+    def _continue_tail(self, tail: _Tail, step: Any) -> Step:
+        if isinstance(step, Ready | Unowned):
+            self._operation = None
+            self.state = step
+            return self._ended(tail.commit, tail.report)
+        self._operation = tail
+        return step  # type: ignore[no-any-return]
+
+    def _after_tail(self, tail: _Tail, answer: Answer) -> Step:
+        """A bump after this producer's own end: the end stands whatever becomes of the bump."""
+        try:
+            return self._continue_tail(tail, tail.bumping.on_answer(answer))
+        except BrokerUnavailableError:
+            self.state = tail.bumping.state  # the bumps still due are sent, guarded, by the next begin
+        except FATAL as error:
+            self.state = Fatal(error)  # the next call raises it
+        self._operation = None
+        return self._ended(tail.commit, tail.report)
 
     def _ended(self, commit: bool, report: PreparedTxnState | None) -> Step:
         if report is not None:
@@ -265,7 +301,7 @@ class ProducerCore:
         state = self.state
         held = _held(state)
         if held is not None:
-            if requested == held:
+            if requested == held and not requested.is_empty:
                 return self.end(commit=True, operation="complete_transaction")
             if isinstance(state, Ending) and state.commit:
                 raise self._illegal("complete_transaction", f"a commit of {state.target} is in progress; "
@@ -303,12 +339,13 @@ class ProducerCore:
         operation = self._operation
         if isinstance(operation, _Adding):
             return self._after_add(operation, answer)
+        if isinstance(operation, _Tail):
+            return self._after_tail(operation, answer)
         if isinstance(answer, NoAnswer) and not isinstance(operation, Initialization | Completion):
             self._operation = None
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason} (state "
                                          f"{self.name.value}; the call may be retried)")
         if isinstance(operation, Beginning):
-            assert isinstance(answer, InitAnswer)
             try:
                 return self._began(operation, operation.on_answer(answer))
             except Exception as error:
@@ -343,10 +380,10 @@ class ProducerCore:
         except Exception as error:
             self._operation = None
             state = self.state
-            if not isinstance(state, Ending):
-                raise
+            if not isinstance(state, Ending) or _retryable(error):
+                raise  # the transaction may still be pending: Ending stays, the same decision may be retried
             if state.owner is Owner.RESUMED:
-                self.state = Unowned(state.setup)
+                self.state = Unowned(state.setup)  # settled as far as it can be; the producer carries on
                 raise
             if isinstance(error, TransactionOutcomeUnknownError):
                 # this producer's own transaction is no longer the id's: a newer producer took the id over
@@ -367,6 +404,13 @@ class ProducerCore:
         """Closed; nothing is sent."""
         self._operation = None
         self.state = Closed()
+
+
+def _retryable(error: Exception) -> bool:
+    """Whether an end that failed with ``error`` may still be pending, so the same decision must stay retryable."""
+    if isinstance(error, TransactionOutcomeUnknownError):
+        return error.still_pending
+    return isinstance(error, KafkaProtocolError) and not isinstance(error, AuthorizationError)
 
 
 def _held(state: CoreState) -> PreparedTxnState | None:

@@ -102,7 +102,8 @@ class TransactionControl:
     def abort(self, transactional_id: str, transaction: PreparedTxnState) -> Settled:
         """Abort exactly ``transaction``, conditional on its producer id and epoch: a later transaction of the id is
         never touched. The settled outcome says ABORTED (now or before, or it never ran) or COMMITTED (it had
-        already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity."""
+        already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity, after
+        looking that the id is still at it (``settled.fenced`` says whether that worked)."""
         version = self._version_of(transaction)
         completion = Completion(transactional_id, transaction, Goal.ABORT, version, fence_after_abort=version < 2)
         return settle(self.transport, transactional_id, completion)
@@ -127,6 +128,10 @@ class TransactionControl:
         if settled.outcome is not TransactionOutcome.ABORTED:
             log.info("%s of %r committed before it could be aborted; left as it is", target, transactional_id)
             return None
+        if settled.fenced is False:
+            log.warning("%s of %r aborted but not fenced (%s): a live writer of it could still start another "
+                        "transaction at that epoch; abort again once it is stopped", target, transactional_id,
+                        settled.detail)
         return observed
 
 

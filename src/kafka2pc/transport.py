@@ -172,7 +172,7 @@ class KafkaTransport:
         response = init_producer_id(
             self.client, transactional_id, transaction_timeout_ms=command.transaction_timeout_ms,
             expected=command.expected, enable_2pc=command.enable_2pc, keep_prepared=command.keep_prepared,
-            timeout_s=self.timeout_s)
+            timeout_s=self.timeout_s, resend=not command.once)
         if response.error_code != codes.NONE:
             return InitAnswer(response.error_code)
         ongoing = None
@@ -283,7 +283,7 @@ class KafkaTransport:
 
 def init_producer_id(client: ClusterClient, transactional_id: str, *, transaction_timeout_ms: int,
                      expected: ProducerIdentity | None = None, enable_2pc: bool = False, keep_prepared: bool = False,
-                     two_phase_fields: bool = False, timeout_s: float = 60.0) -> Any:
+                     two_phase_fields: bool = False, timeout_s: float = 60.0, resend: bool = True) -> Any:
     """InitProducerId for ``transactional_id`` at its coordinator; returns the response.
 
     With ``two_phase_fields`` (implied by ``enable_2pc`` or ``keep_prepared``) the request is pinned to v6:
@@ -302,7 +302,7 @@ def init_producer_id(client: ClusterClient, transactional_id: str, *, transactio
         return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
                                      producer_id=producer_id, producer_epoch=epoch)
 
-    return client.send_to_transaction_coordinator(transactional_id, request, timeout_s=timeout_s)
+    return client.send_to_transaction_coordinator(transactional_id, request, timeout_s=timeout_s, resend=resend)
 
 
 _RETRIABLE_ADD = frozenset({codes.CONCURRENT_TRANSACTIONS, codes.COORDINATOR_LOAD_IN_PROGRESS, codes.NOT_COORDINATOR,

@@ -121,6 +121,7 @@ class CoordinatorModel:
     # -- helpers -----------------------------------------------------------------------------------------------------
 
     def _end(self, meta: Meta, fate: str) -> None:
+        meta.prev_producer_id = meta.producer_id  # every transition records the producer id it started from (4.4)
         if meta.txn is not None:
             meta.txn.fate = fate
         meta.txn = None
@@ -146,6 +147,7 @@ class CoordinatorModel:
         self._end(meta, "aborted")
 
     def _open(self, meta: Meta, transactional_id: str) -> None:
+        meta.prev_producer_id = meta.producer_id
         if meta.state != ONGOING:
             txn = Txn(next(self._serials), transactional_id, meta.producer_id, meta.epoch)
             self.txns.append(txn)
@@ -172,18 +174,20 @@ class CoordinatorModel:
             self.fence_and_abort(meta)
             return InitAnswer(codes.CONCURRENT_TRANSACTIONS)
         timeout = TWO_PC_TIMEOUT if command.enable_2pc else command.transaction_timeout_ms
-        if meta.epoch >= EXHAUSTED and (expected is None or expected.epoch == meta.epoch):
+        if meta.epoch >= EXHAUSTED:
+            if expected is not None and expected.epoch != meta.epoch:
+                return InitAnswer(UNKNOWN_SERVER_ERROR)  # prepareIncrementProducerEpoch refuses an exhausted epoch
             old_epoch, meta.prev_producer_id = meta.epoch, meta.producer_id
             meta.producer_id, meta.epoch = next(self._producer_ids), 0
             meta.last_epoch = old_epoch if expected is not None else -1
-        elif meta.epoch >= EXHAUSTED:
-            return InitAnswer(UNKNOWN_SERVER_ERROR)
-        elif expected is None:
-            meta.epoch, meta.last_epoch = meta.epoch + 1, -1
-        elif meta.epoch in (-1, expected.epoch):
-            meta.epoch, meta.last_epoch = meta.epoch + 1, meta.epoch
-        elif expected.epoch != meta.last_epoch:
-            return InitAnswer(codes.PRODUCER_FENCED)
+        else:
+            if expected is None:
+                meta.epoch, meta.last_epoch = meta.epoch + 1, -1
+            elif meta.epoch in (-1, expected.epoch):
+                meta.epoch, meta.last_epoch = meta.epoch + 1, meta.epoch
+            elif expected.epoch != meta.last_epoch:  # equal: a retry of a bump that succeeded, answered unchanged
+                return InitAnswer(codes.PRODUCER_FENCED)
+            meta.prev_producer_id = meta.producer_id
         meta.state, meta.partitions, meta.two_phase, meta.timeout_ms = EMPTY, set(), command.enable_2pc, timeout
         return InitAnswer(codes.NONE, ProducerIdentity(meta.producer_id, meta.epoch))
 
@@ -327,7 +331,7 @@ class ModelTransport:
         self.sent: list[Command] = []
 
     def cluster_facts(self) -> ClusterFacts:
-        return ClusterFacts(6 if self.model.transaction_version >= 2 else 5, self.model.transaction_version)
+        return ClusterFacts(6 if self.model.two_phase_enabled else 5, self.model.transaction_version)
 
     def _apply(self, transactional_id: str, command: Command) -> Answer:
         model = self.model
@@ -351,6 +355,11 @@ class ModelTransport:
 
     def execute(self, transactional_id: str, command: Command) -> Answer:
         self.sent.append(command)
+        if isinstance(command, InitProducerId) and command.once:  # a guarded bump: never re-sent, busy returned
+            if Faults.take(self.faults.dropped_requests):
+                return NoAnswer("the request was lost (model)")
+            answer = self.model.init_producer_id(transactional_id, command)
+            return NoAnswer("the answer was lost (model)") if Faults.take(self.faults.lost_answers) else answer
         if isinstance(command, DescribeTransaction | ReadBrokerConfig):
             return self._apply(transactional_id, command)
         if Faults.take(self.faults.dropped_requests):

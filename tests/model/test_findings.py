@@ -13,15 +13,18 @@ import pytest
 from kafka2pc import (
     BrokerUnavailableError,
     PreparedTxnState,
+    ProducerFencedError,
     TransactionLostError,
     TransactionOutcome,
     TransactionOutcomeUnknownError,
     TwoPhaseProducer,
 )
 from kafka2pc import broker_errors as codes
+from kafka2pc.completion import Completion, Goal, Settled
 from kafka2pc.coordinator_messages import InitProducerId, ProducerIdentity
 from kafka2pc.listing import IncompleteListingError
 from kafka2pc.producer_states import State
+from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction, RecoveryIncompleteError, recover
 from kafka2pc.transaction_control import TransactionControl
 from kafka2pc.transport import KafkaTransport
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
@@ -167,6 +170,12 @@ def test_finding_4_listing_is_complete_or_fails_loudly():
     answers[1] = []  # broker 1 keeps loading
     with pytest.raises(IncompleteListingError, match="broker 1 kept answering COORDINATOR_LOAD_IN_PROGRESS"):
         transport.list_transactions(states=["Ongoing"])
+    answers[1], answers[2] = [ok, ok], [ok, ok]
+    moves = iter([{0: 1, 1: 2}, {0: 2, 1: 2}, {0: 2, 1: 2}, {0: 2, 1: 2}])  # partition 0 moves mid-listing
+    Client.partition_leaders = lambda self, topic: next(moves)  # type: ignore[method-assign]
+    assert len(transport.list_transactions()) == 2  # listed again once the leaders held still
+    with pytest.raises(StopIteration):
+        next(moves)
     leaders = {0: 1, 1: 3}  # a coordinator partition led by a broker not in the cluster
     Client.partition_leaders = lambda self, topic: leaders  # type: ignore[method-assign]
     with pytest.raises(IncompleteListingError, match=r"partitions \[1\] have no available leader"):
@@ -192,3 +201,83 @@ def test_finding_5_commit_of_a_timed_out_transaction_is_lost_without_2pc():
     transport.model.time_out(TXN_ID)
     with pytest.raises(TransactionLostError, match="the broker aborted it"):
         TransactionControl(transport).commit(TXN_ID, decided)
+
+
+# -- found by the adversarial review of this change ----------------------------------------------------------------
+
+def test_review_1_a_fenced_v1_producer_never_aborts_its_successors_decided_transaction():
+    """A commits; the answer to its first bump after the commit is lost, so bumps stay due. B takes the id over,
+    prepares, and the decision is recorded. A (a zombie) begins: its bump would be an InitProducerId that Kafka
+    answers by aborting B's transaction (only the producer id is checked while one is Ongoing). A looks first."""
+    transport = cluster(1)
+    a = producer(transport)
+    a.init_transactions()
+    a.begin_transaction()
+    a.produce("t", b"a", partition=0)
+    transport.faults.lost_answers.append(False)   # the EndTxn's answer arrives
+    transport.faults.lost_answers.append(True)    # the first bump's does not
+    a.commit_transaction()                        # committed; the bumps are still due
+    b = producer(transport)
+    b.init_transactions(keep_prepared_txn=True)
+    b.begin_transaction()
+    b.produce("t", b"b", partition=0)
+    decided = b.prepare_transaction()
+    with pytest.raises(ProducerFencedError, match="no bump was sent"):
+        a.begin_transaction()
+    assert b.complete_transaction(decided) is TransactionOutcome.COMMITTED
+    assert transport.model.committed_records() == [b"a", b"b"]
+
+
+def test_review_2_the_v1_fence_after_an_abort_never_lands_on_a_newer_transaction():
+    transport = cluster(1)
+    lingering = prepared(transport, b"lingering")
+    completion = Completion(TXN_ID, lingering, Goal.ABORT, 1, fence_after_abort=True)
+    step = completion.start()
+    step = completion.on_answer(transport.execute(TXN_ID, step))  # the abort; the fence comes next
+    writer = producer(transport)  # meanwhile a new writer takes the id over and prepares a decided transaction
+    writer.init_transactions()
+    writer.begin_transaction()
+    writer.produce("t", b"decided", partition=0)
+    decided = writer.prepare_transaction()
+    while not isinstance(step, Settled):
+        step = completion.on_answer(transport.execute(TXN_ID, step))
+    assert step.outcome is TransactionOutcome.ABORTED and step.fenced is True  # fenced by the new owner's init
+    assert not any(isinstance(c, InitProducerId) and c.expected == ProducerIdentity.of(lingering)
+                   for c in transport.sent)
+    assert writer.complete_transaction(decided) is TransactionOutcome.COMMITTED
+    assert transport.model.committed_records() == [b"decided"]
+
+
+def test_review_3_a_v1_fence_that_failed_is_reported_not_hidden():
+    transport = cluster(1)
+    lingering = prepared(transport, b"lingering")
+    transport.faults.lost_answers.extend([False, True])  # the abort's answer arrives; the fence's does not
+    settled = TransactionControl(transport).abort(TXN_ID, lingering)
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
+
+
+def test_review_8_a_stuck_decision_does_not_stop_the_rest_of_recovery(tmp_path):
+    """A decided transaction the broker timed out (no 2PC) can never commit: recovery still rolls the other
+    decisions forward and aborts what lingers, then says which checkpoint is stuck; an operator's resolution
+    (recorded with its reason) unsticks it."""
+    transport = ModelTransport(CoordinatorModel(transaction_version=2, two_phase_enabled=False), Faults())
+    control = TransactionControl(transport)
+    states = {}
+    for txn_id in ("job-0-0", "job-1-0", "job-2-0"):
+        p = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": txn_id}, transport=transport)
+        p.init_transactions()
+        p.begin_transaction()
+        p.produce("t", txn_id.encode(), partition=0)
+        states[txn_id] = p.prepare_transaction()
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(Decision(1, [PreparedTransaction("job-0-0", states["job-0-0"], 0, 1)]))
+    log.record(Decision(2, [PreparedTransaction("job-1-0", states["job-1-0"], 1, 2)]))
+    transport.model.time_out("job-0-0")  # decided, then lost: fallback mode, past transaction.timeout.ms
+    with pytest.raises(RecoveryIncompleteError, match="checkpoint 1") as info:
+        recover(control, "job", log)
+    assert info.value.report.checkpoints_rolled_forward == (2,)
+    assert info.value.report.aborted == ("job-2-0",)  # the undecided one, lingering: aborted all the same
+    assert [d.checkpoint for d in log.undone()] == [1]
+    log.resolve(1, "lost by timeout; replayed upstream")
+    assert recover(control, "job", log).stuck == ()
+    assert transport.model.committed_records() == [b"job-1-0"]

@@ -63,13 +63,14 @@ class ProducerAgainstModel(RuleBasedStateMachine):
     @initialize(version=st.sampled_from([1, 2]), two_phase=st.booleans(),
                 first_epoch=st.sampled_from([-1, -1, 32760]))
     def setup(self, version: int, two_phase: bool, first_epoch: int) -> None:
-        self.model = CoordinatorModel(transaction_version=version, two_phase_enabled=two_phase and version >= 2,
+        self.model = CoordinatorModel(transaction_version=version, two_phase_enabled=two_phase,
                                       first_epoch=first_epoch)
         self.faults = Faults()
         self.transport = ModelTransport(self.model, self.faults)
         self.control = TransactionControl(self.transport)
-        self.two_phase = two_phase and version >= 2
+        self.two_phase = two_phase  # 2PC on transaction protocol v1 too: a 4.x cluster with transaction.version=1
         self.producer: TwoPhaseProducer | None = None
+        self.replaced: list[TwoPhaseProducer] = []  # earlier processes, still alive: zombies
         self.stored = PreparedTxnState.empty()      # the store's last decided transaction
         self.decided: set[ProducerIdentity] = set()
         self.prepared: PreparedTxnState | None = None
@@ -110,6 +111,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
     @rule(keep=st.booleans())
     def start(self, keep: bool) -> None:
         """A new process: the old one (if any) is gone without closing; recover with the stored decision."""
+        if self.producer is not None:
+            self.replaced = [self.producer, *self.replaced][:2]
         producer = self.producer = self._new_producer()
         self.prepared = None
         try:
@@ -184,6 +187,8 @@ class ProducerAgainstModel(RuleBasedStateMachine):
             if self.snapshot is not None and ProducerIdentity.of(self.snapshot) == identity:
                 return
             self._decide(identity)
+            if identity in self.decided:
+                self.stored = identity.state()  # the store records what the application decided
         with contextlib.suppress(EXPECTED):
             producer.commit_transaction()
 
@@ -204,6 +209,27 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         assert self.producer is not None
         self.producer.close()
         self.producer = None
+
+    @precondition(lambda self: bool(self.replaced))
+    @rule(which=st.integers(0, 1), act=st.sampled_from(["begin", "produce", "prepare", "abort"]))
+    def zombie_acts(self, which: int, act: str) -> None:
+        """An earlier process that does not know it was replaced carries on. It decides nothing (deciding is the
+        store's: the dual writer's database, the sink's decision log), and never aborts what it holds once that is
+        decided; anything else it may try."""
+        zombie = self.replaced[min(which, len(self.replaced) - 1)]
+        open_txn = self._open_txn()
+        if act == "abort" and open_txn is not None and open_txn.identity in self.decided:
+            return
+        with contextlib.suppress(EXPECTED):
+            if act == "begin":
+                zombie.begin_transaction()
+            elif act == "produce":
+                zombie.produce("t", f"z{next(self.values)}".encode(), partition=0)
+                zombie.flush()
+            elif act == "prepare":
+                zombie.prepare_transaction()
+            else:
+                zombie.abort_transaction()
 
     # -- committer and recovery (TransactionControl) ------------------------------------------------------------------
 

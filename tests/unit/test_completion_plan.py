@@ -101,11 +101,31 @@ def test_look_ups_back_off_while_the_coordinator_writes_markers_and_are_bounded(
         completion.on_answer(in_flux)
 
 
-def test_abort_is_conditional_and_fences_on_v1():
+def test_abort_is_conditional_and_fences_on_v1_after_looking():
+    """The fence is an InitProducerId naming the aborted identity, sent once and only while the id is still at it:
+    Kafka checks only the producer id when a transaction is Ongoing, so a blind fence could abort a newer one."""
+    aborted = Described(ObservedTransaction("CompleteAbort", 7, 10))
     sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True),
-                        EndAnswer(codes.NONE), InitAnswer(codes.PRODUCER_FENCED))
-    assert sent == [EndTxn(ID, False, 1), InitProducerId(1000, expected=ID)]
-    assert settled.outcome is TransactionOutcome.ABORTED
+                        EndAnswer(codes.NONE), Described(ObservedTransaction("PrepareAbort", 7, 10)), aborted,
+                        InitAnswer(codes.CONCURRENT_TRANSACTIONS), aborted, InitAnswer(codes.NONE, ID))
+    fence = InitProducerId(1000, expected=ID, once=True)
+    assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "DescribeTransaction",
+                                                "InitProducerId", "DescribeTransaction", "InitProducerId"]
+    assert sent[0] == EndTxn(ID, False, 1) and sent[3] == sent[5] == fence
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
+
+
+def test_v1_fence_never_lands_on_a_newer_transaction():
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True),
+                        EndAnswer(codes.NONE), Described(ObservedTransaction("Ongoing", 7, 12)))
+    assert not any(isinstance(c, InitProducerId) for c in sent)
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True  # the new owner fenced it
+
+
+def test_v1_fence_that_fails_is_reported():
+    _, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE),
+                     Described(ObservedTransaction("CompleteAbort", 7, 10)), NoAnswer("lost"))
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
 
 
 def test_abort_finding_it_committed_reports_committed():

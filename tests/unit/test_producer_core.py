@@ -22,6 +22,7 @@ from kafka2pc.coordinator_messages import (
 )
 from kafka2pc.errors import (
     BrokerUnavailableError,
+    KafkaProtocolError,
     ProducerFencedError,
     TransactionAbortableError,
     TransactionOutcomeUnknownError,
@@ -59,7 +60,10 @@ def core_in(state) -> ProducerCore:
 def exchange(core: ProducerCore, step, *script):
     """Drive ``core`` from ``step``: ``script`` alternates the expected command and the answer to give it."""
     for expected, answer in zip(script[::2], script[1::2], strict=True):
-        assert step == expected
+        if isinstance(expected, DescribeTransaction):  # how long it waits first is not the point here
+            assert isinstance(step, DescribeTransaction)
+        else:
+            assert step == expected
         step = core.on_answer(answer)
     return step
 
@@ -153,23 +157,70 @@ def test_resumed_commit_in_progress_refuses_another_decision():
 
 # -- finding 2: v1 epochs stay unique across producers; nothing pending is not "aborted" -----------------------------
 
+def looked(state: str, epoch: int, pid: int = 5) -> Described:
+    return Described(ObservedTransaction(state, pid, epoch))
+
+
+def bump(epoch: int, setup=V1) -> InitProducerId:
+    return InitProducerId(60_000, expected=ProducerIdentity(5, epoch), enable_2pc=setup.two_phase, once=True)
+
+
 def test_v1_successor_leaves_two_epochs_before_its_first_transaction():
     core = core_in(Unowned(V1))  # after a keep-prepared recovery settled the resumed transaction
-    fresh, bump = InitProducerId(60_000), InitProducerId(60_000, expected=ProducerIdentity(5, 5))
-    step = exchange(core, core.begin(), fresh, InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
-                    bump, InitAnswer(codes.NONE, ProducerIdentity(5, 6)))
+    step = exchange(core, core.begin(), InitProducerId(60_000), InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
+                    DescribeTransaction(), looked("Empty", 5), bump(5), InitAnswer(codes.NONE, ProducerIdentity(5, 6)))
     assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 6))
 
 
-def test_v1_producer_bumps_twice_between_its_transactions():
+def test_v1_producer_bumps_twice_right_after_its_end_and_begins_without_a_request():
+    """Review finding 1: the bumps happen while the id is known to be this producer's (right after its own EndTxn,
+    each after a look), so a producer fenced later sends nothing at begin, as Kafka's own producer does."""
     core = core_in(Prepared(V1, ME, registered=True))
-    assert exchange(core, core.end(commit=True, operation="commit_transaction"),
-                    EndTxn(ME, True, 1), EndAnswer(codes.NONE)) == Done(TransactionOutcome.COMMITTED)
-    step = exchange(core, core.begin(),
-                    InitProducerId(60_000, expected=ME), InitAnswer(codes.NONE, ProducerIdentity(5, 4)),
-                    InitProducerId(60_000, expected=ProducerIdentity(5, 4)),
+    done = exchange(core, core.end(commit=True, operation="commit_transaction"), EndTxn(ME, True, 1),
+                    EndAnswer(codes.NONE), DescribeTransaction(), looked("CompleteCommit", 3), bump(3),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 4)), DescribeTransaction(), looked("Empty", 4), bump(4),
                     InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
-    assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 5))
+    assert done == Done(TransactionOutcome.COMMITTED) and core.state == Ready(V1, ProducerIdentity(5, 5))
+    assert core.begin() == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 5))
+
+
+def test_a_bump_is_never_sent_onto_someone_elses_transaction():
+    """Review finding 1: a producer with bumps still due finds its id in another producer's transaction: it raises
+    fenced and sends no InitProducerId (which Kafka would answer by aborting that transaction)."""
+    core = core_in(Ready(V1, ME, bumps_due=2))
+    with pytest.raises(ProducerFencedError, match="no bump was sent"):
+        exchange(core, core.begin(), DescribeTransaction(), looked("Ongoing", 5))
+    assert core.name is State.FATAL_ERROR
+
+
+def test_the_end_stands_when_the_bump_after_it_is_fenced():
+    core = core_in(Prepared(V1, ME, registered=True))
+    done = exchange(core, core.end(commit=True, operation="commit_transaction"), EndTxn(ME, True, 1),
+                    EndAnswer(codes.NONE), DescribeTransaction(), looked("Ongoing", 4))
+    assert done == Done(TransactionOutcome.COMMITTED)  # committed, and the caller is told so
+    with pytest.raises(ProducerFencedError):
+        core.begin()
+
+
+def test_v1_abort_after_a_coordinator_timeout_continues_from_the_bumped_epoch():
+    """Review finding 6: the coordinator aborted the transaction on timeout (CompleteAbort at e + 1, its last epoch
+    forgotten); the producer continues from e + 1 with one bump, instead of a spurious PRODUCER_FENCED."""
+    core = core_in(AbortableError(V1, ME, True, TransactionAbortableError("timed out")))
+    done = exchange(core, core.end(commit=False, operation="abort_transaction"), EndTxn(ME, False, 1),
+                    EndAnswer(codes.PRODUCER_FENCED), DescribeTransaction(), looked("CompleteAbort", 4),
+                    DescribeTransaction(), looked("CompleteAbort", 4), bump(4),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
+    assert done == Done(TransactionOutcome.ABORTED) and core.state == Ready(V1, ProducerIdentity(5, 5))
+
+
+def test_resumed_end_failing_with_an_unexpected_error_stays_retryable():
+    """Review finding 4: an EndTxn error other than a lost answer must not drop the held decision."""
+    core = core_in(Recovered(V2, HELD, Owner.RESUMED, None))
+    with pytest.raises(KafkaProtocolError):
+        exchange(core, core.complete(HELD), EndTxn(ME, True, 1), EndAnswer(-1))
+    assert core.name is State.COMMITTING
+    assert exchange(core, core.complete(HELD), EndTxn(ME, True, 1), EndAnswer(codes.NONE)) == \
+        Done(TransactionOutcome.COMMITTED)
 
 
 def test_a_stale_state_is_unknown_not_aborted_not_lost():
@@ -185,7 +236,7 @@ def test_a_stale_state_is_unknown_not_aborted_not_lost():
 
 def test_v2_rotates_the_producer_id_before_an_exhausting_transaction():
     core = core_in(Ready(V2, ProducerIdentity(5, 32766)))
-    step = exchange(core, core.begin(), InitProducerId(60_000, expected=ProducerIdentity(5, 32766), enable_2pc=True),
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteCommit", 32766), bump(32766, V2),
                     InitAnswer(codes.NONE, ProducerIdentity(9, 0)))
     assert step == Done() and core.state == InTransaction(V2, ProducerIdentity(9, 0))
 
@@ -212,9 +263,11 @@ def test_v1_abort_after_failed_add_partitions_is_not_fencing():
         core.on_answer(AddAnswer(codes.TOPIC_AUTHORIZATION_FAILED))
     step = core.end(commit=False, operation="abort_transaction")
     done = exchange(core, step, EndTxn(ME, False, 1), EndAnswer(codes.INVALID_TXN_STATE),
-                    DescribeTransaction(), Described(ObservedTransaction("Empty", 5, 3)))
+                    DescribeTransaction(), looked("Empty", 3), DescribeTransaction(), looked("Empty", 3), bump(3),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 4)), DescribeTransaction(), looked("Empty", 4), bump(4),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
     assert done == Done(TransactionOutcome.ABORTED)
-    assert core.state == Ready(V1, ME, bumps_due=2)
+    assert core.state == Ready(V1, ProducerIdentity(5, 5))
 
 
 def test_prepared_state_records_the_transaction_protocol():
@@ -228,7 +281,7 @@ def test_prepared_state_records_the_transaction_protocol():
 def test_a_transaction_that_wrote_nothing_prepares_empty_and_ends_locally():
     core = core_in(InTransaction(V2, ME))
     assert core.prepare().is_empty
-    assert core.complete(PreparedTxnState.empty()) == Done(TransactionOutcome.COMMITTED)  # nothing was sent
+    assert core.complete(PreparedTxnState.empty()) == Done(TransactionOutcome.ABORTED)  # nothing was sent
     assert core.state == Ready(V2, ME)
 
 

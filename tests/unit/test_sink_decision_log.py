@@ -118,3 +118,23 @@ def test_transaction_version_round_trips(tmp_path):
 def test_an_empty_transaction_is_never_handed_over():
     with pytest.raises(ValueError, match="never handed over"):
         PreparedTransaction("job-0-0", PreparedTxnState.empty(), 0, 1)
+
+
+def test_an_operator_resolution_marks_a_stuck_decision_done_with_its_reason(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(4))
+    with pytest.raises(ValueError, match="needs a reason"):
+        log.resolve(4, "  ")
+    log.resolve(4, "transactions timed out without 2PC; input replayed by hand")
+    assert log.undone() == [] and log.is_done(4)
+    assert json.loads((tmp_path / f"{4:020d}.resolved.json").read_text())["reason"].startswith("transactions timed")
+
+
+def test_an_empty_transaction_recorded_by_an_older_release_is_skipped(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(2))
+    path = tmp_path / f"{2:020d}.decision.json"
+    body = json.loads(path.read_text())
+    body["transactions"].append({"transactional_id": "job-5-0", "state": "", "subtask": 5, "checkpoint": 2})
+    path.write_text(json.dumps(body))
+    assert log.decision(2).transactions == decision(2).transactions

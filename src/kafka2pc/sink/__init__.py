@@ -14,7 +14,7 @@ from kafka2pc.sink.decision_log import (
 from kafka2pc.sink.id_pool import IdPoolExhaustedError, TransactionalIdPool
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.prepared import PreparedTransaction
-from kafka2pc.sink.recovery import RecoveryReport, abort_lingering, recover
+from kafka2pc.sink.recovery import RecoveryIncompleteError, RecoveryReport, abort_lingering, recover
 from kafka2pc.sink.writer import SubtaskWriter
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "FileDecisionLog",
     "IdPoolExhaustedError",
     "PreparedTransaction",
+    "RecoveryIncompleteError",
     "RecoveryReport",
     "SubtaskWriter",
     "TransactionNamingStrategy",

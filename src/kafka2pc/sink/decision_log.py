@@ -69,6 +69,10 @@ class DecisionLog(Protocol):
     def is_done(self, checkpoint: int) -> bool:
         """Whether ``checkpoint`` is recorded and marked done."""
 
+    def resolve(self, checkpoint: int, reason: str) -> None:
+        """An operator's resolution of a decision that cannot be completed (its transactions were lost, or their
+        fate is unknown): recorded durably with ``reason``, after which the decision counts as done."""
+
     def decision(self, checkpoint: int) -> Decision | None:
         """The decision of ``checkpoint`` if it is still kept."""
 
@@ -170,7 +174,8 @@ class FileDecisionLog:
             if body.get("checkpoint") != checkpoint:
                 raise DecisionLogCorruptError(f"{path}: records checkpoint {body.get('checkpoint')!r}, not "
                                               f"{checkpoint}")
-            transactions = [PreparedTransaction.from_json(t) for t in body["transactions"]]
+            # releases before 0.1 could record an empty transaction ("state": ""): nothing to commit, skip it
+            transactions = [PreparedTransaction.from_json(t) for t in body["transactions"] if t.get("state") != ""]
             for txn in transactions:
                 if not self.grammar.owns(txn.transactional_id):
                     raise DecisionLogCorruptError(f"{path}: {txn.transactional_id!r} is not an id of prefix "
@@ -195,6 +200,15 @@ class FileDecisionLog:
 
     def is_done(self, checkpoint: int) -> bool:
         return self._decision_path(checkpoint).exists() and self._done_path(checkpoint).exists()
+
+    def resolve(self, checkpoint: int, reason: str) -> None:
+        if not reason.strip():
+            raise ValueError("a resolution needs a reason")
+        if not self._decision_path(checkpoint).exists():
+            raise DecisionLogCorruptError(f"cannot resolve checkpoint {checkpoint}: no decision in {self.directory}")
+        atomic_write(self.directory / f"{checkpoint:020d}.resolved.json",
+                     json.dumps({"checkpoint": checkpoint, "reason": reason}).encode())
+        self.mark_done(checkpoint)
 
     def _prune(self) -> None:
         if self.retain_done is None:

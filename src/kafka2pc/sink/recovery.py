@@ -13,6 +13,7 @@ import attrs
 from kafka2pc import metrics
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
+from kafka2pc.errors import Kafka2pcError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka2pc.producer_config import PRODUCER_KEYS
 from kafka2pc.sink.committer import Committer
 from kafka2pc.sink.decision_log import DecisionLog
@@ -32,6 +33,20 @@ class RecoveryReport:
     #: every id of the prefix the brokers know, in any state: writers adopt them so POOLING reuses them
     known_ids: tuple[str, ...]
     seconds: float
+    #: decided checkpoints that could not be completed (see :class:`RecoveryIncompleteError`)
+    stuck: tuple[int, ...] = ()
+
+
+class RecoveryIncompleteError(Kafka2pcError):
+    """Recovery did everything it could, but some decided checkpoints cannot be completed: a transaction of theirs
+    was lost (aborted by the broker, e.g. by timeout without 2PC) or its fate is unknown. Nothing was guessed; an
+    operator decides (``kafka2pc recover --resolve CHECKPOINT --reason ...``)."""
+
+    def __init__(self, report: RecoveryReport, stuck: Mapping[int, Exception]) -> None:
+        lines = "; ".join(f"checkpoint {c}: {e}" for c, e in sorted(stuck.items()))
+        super().__init__(f"{len(stuck)} decided checkpoint(s) cannot be completed: {lines}")
+        self.report = report
+        self.stuck = dict(stuck)
 
 
 def abort_open_transactions(control: TransactionControl, grammar: TransactionalIdGrammar,
@@ -57,24 +72,38 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog)
     """Complete what was decided, abort what was not, and report the ids the prefix has on the brokers.
 
     Reads every undone decision first: a corrupt or foreign record raises
-    :class:`~kafka2pc.sink.DecisionLogCorruptError` before any transaction is touched.
+    :class:`~kafka2pc.sink.DecisionLogCorruptError` before any transaction is touched. A decision that cannot be
+    completed (a transaction lost, or its fate unknown) does not stop the rest: the other decisions are rolled
+    forward and LISTING runs (keeping every id of an undone decision), then :class:`RecoveryIncompleteError` says
+    which checkpoints are stuck and why, until an operator resolves them (``kafka2pc recover --resolve``).
     """
     started = time.monotonic()
     grammar = TransactionalIdGrammar(prefix)
     undone = decision_log.undone()
     keep = {txn.transactional_id for decision in undone for txn in decision.transactions}
     committer = Committer(control, decision_log)
+    rolled: list[int] = []
+    stuck: dict[int, Kafka2pcError] = {}
     for decision in undone:
         log.info("rolling checkpoint %d forward (%d transactions)", decision.checkpoint, len(decision.transactions))
-        committer.roll_forward(decision)
+        try:
+            committer.roll_forward(decision)
+        except (TransactionLostError, TransactionOutcomeUnknownError) as exc:
+            log.error("checkpoint %d cannot be completed: %s", decision.checkpoint, exc)
+            stuck[decision.checkpoint] = exc
+            continue
+        rolled.append(decision.checkpoint)
     aborted = abort_open_transactions(control, grammar, keep)
     known = [listing.transactional_id for listing in control.list(pattern=f"^{grammar.pattern}$")
              if grammar.owns(listing.transactional_id)]
-    report = RecoveryReport(tuple(d.checkpoint for d in undone), tuple(sorted(keep)), tuple(aborted), tuple(known),
-                            time.monotonic() - started)
+    rolled_ids = {t.transactional_id for d in undone if d.checkpoint in rolled for t in d.transactions}
+    report = RecoveryReport(tuple(rolled), tuple(sorted(rolled_ids)), tuple(aborted), tuple(known),
+                            time.monotonic() - started, tuple(sorted(stuck)))
     metrics.RECOVERY_ROLLED_FORWARD.labels(prefix=prefix).inc(len(report.rolled_forward))
     metrics.RECOVERY_ABORTED.labels(prefix=prefix).inc(len(report.aborted))
     metrics.RECOVERY_SECONDS.labels(prefix=prefix).set(report.seconds)
+    if stuck:
+        raise RecoveryIncompleteError(report, stuck)
     return report
 
 
