@@ -8,7 +8,7 @@ driven over a transport (:class:`~kafka2pc.transport.KafkaTransport` on a real c
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kafka2pc.cluster_client import ClusterClient
@@ -25,6 +25,35 @@ OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
 __all__ = ["OPEN_STATES", "IncompleteListingError", "TransactionControl", "TransactionDescription",
            "TransactionListing", "init_producer_id", "settle"]
+
+
+def settle_all(transport: Any, completions: Sequence[Completion]) -> list[Settled | Exception]:
+    """Drive several completions at once: each round sends every pending command together (the transport's
+    ``execute_all``, one round trip, where it has one). Returns, in order, each one's Settled or the error it ended
+    with; one failing never stops the others."""
+    results: list[Settled | Exception | None] = [None] * len(completions)
+    steps: dict[int, Any] = {}
+    for index, completion in enumerate(completions):
+        steps[index] = completion.start()
+    while steps:  # bounded: every Completion settles or raises after a bounded number of commands
+        pending = sorted(steps)
+        commands = [(completions[i].transactional_id, steps[i]) for i in pending]
+        execute_all = getattr(transport, "execute_all", None)
+        answers = execute_all(commands) if execute_all is not None else \
+            [transport.execute(txn_id, command) for txn_id, command in commands]
+        for index, answer in zip(pending, answers, strict=True):
+            try:
+                step = completions[index].on_answer(answer)
+            except Exception as exc:
+                results[index] = exc
+                del steps[index]
+                continue
+            if isinstance(step, Settled):
+                results[index] = step
+                del steps[index]
+            else:
+                steps[index] = step
+    return [r for r in results if r is not None]
 
 
 def settle(transport: Any, transactional_id: str, completion: Completion) -> Settled:
@@ -94,6 +123,18 @@ class TransactionControl:
         :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` if its fate cannot be known."""
         completion = Completion(transactional_id, transaction, Goal.COMMIT, self._version_of(transaction))
         return settle(self.transport, transactional_id, completion)
+
+    def commit_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
+        """:meth:`commit` for many transactions at once (one round trip when all goes well); in order, each one's
+        Settled or the error it ended with."""
+        return settle_all(self.transport, [Completion(txn_id, state, Goal.COMMIT, self._version_of(state))
+                                           for txn_id, state in transactions])
+
+    def abort_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
+        """:meth:`abort` for many transactions at once."""
+        return settle_all(self.transport, [
+            Completion(txn_id, state, Goal.ABORT, version := self._version_of(state), fence_after_abort=version < 2)
+            for txn_id, state in transactions])
 
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
         """:meth:`commit`; True once committed."""

@@ -168,6 +168,48 @@ class KafkaTransport:
                 EndAnswer(unauthorized) if isinstance(command, EndTxn) else AddAnswer(unauthorized)
         raise TypeError(f"unknown command {command!r}")
 
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
+        """Carry out commands of several transactional ids at once: EndTxn and DescribeTransactions go out
+        concurrently, in one round trip; an answer that asks for a retry (a moved or loading coordinator, a busy one,
+        a lost connection) and any other command go through :meth:`execute` one by one."""
+        delay = max((c.after_s for _, c in commands if isinstance(c, DescribeTransaction)), default=0.0)
+        if delay:
+            time.sleep(delay)
+        batched = [(i, txn_id, command) for i, (txn_id, command) in enumerate(commands)
+                   if isinstance(command, EndTxn | DescribeTransaction)]
+        answers: list[Answer | None] = [None] * len(commands)
+        requests = []
+        for _, txn_id, command in batched:
+            request = _end_request(txn_id, command) if isinstance(command, EndTxn) else \
+                DescribeTransactionsRequest(transactional_ids=[txn_id])
+            requests.append((request, self.client.transaction_coordinator(txn_id)))
+        if requests:
+            try:
+                replies = self.client.send_concurrently(requests).result(timeout=self.timeout_s)
+            except Exception as exc:  # the IO thread failed the round: each is retried on its own below
+                log.debug("concurrent coordinator round failed: %r", exc)
+                replies = [exc] * len(requests)
+            for (index, txn_id, command), reply in zip(batched, replies, strict=True):
+                answers[index] = self._answer_of(txn_id, command, reply)
+        return [answer if answer is not None else self.execute(txn_id, command)
+                for answer, (txn_id, command) in zip(answers, commands, strict=True)]
+
+    def _answer_of(self, transactional_id: str, command: EndTxn | DescribeTransaction, reply: Any) -> Answer | None:
+        """The answer in ``reply``, or None when it must be asked again on its own."""
+        if isinstance(reply, Exception):
+            return None
+        if isinstance(command, EndTxn):
+            if reply.error_code in codes.COORDINATOR_RETRIABLE:
+                return None
+            return _end_answer(command, reply)
+        entry = reply.transaction_states[0]
+        if entry.error_code in codes.COORDINATOR_RETRIABLE or entry.error_code not in (
+                codes.NONE, codes.TRANSACTIONAL_ID_NOT_FOUND):
+            return None  # errors are raised, and retriable ones retried, by the one-by-one path
+        if entry.error_code == codes.TRANSACTIONAL_ID_NOT_FOUND:
+            return Described(None)
+        return Described(ObservedTransaction(entry.transaction_state, entry.producer_id, entry.producer_epoch))
+
     def _init(self, transactional_id: str, command: InitProducerId) -> InitAnswer:
         response = init_producer_id(
             self.client, transactional_id, transaction_timeout_ms=command.transaction_timeout_ms,
@@ -182,17 +224,9 @@ class KafkaTransport:
         return InitAnswer(codes.NONE, ProducerIdentity(response.producer_id, response.producer_epoch), ongoing)
 
     def _end(self, transactional_id: str, command: EndTxn) -> EndAnswer:
-        target = command.transaction
-        v2 = command.transaction_version >= 2
         response = self.client.send_to_transaction_coordinator(
-            transactional_id,
-            lambda: EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
-                                  producer_epoch=target.epoch, committed=command.commit, max_version=5 if v2 else 4),
-            timeout_s=self.timeout_s)
-        following = None
-        if response.error_code == codes.NONE and v2 and getattr(response, "producer_epoch", -1) >= 0:
-            following = ProducerIdentity(response.producer_id, response.producer_epoch)
-        return EndAnswer(response.error_code, following)
+            transactional_id, lambda: _end_request(transactional_id, command), timeout_s=self.timeout_s)
+        return _end_answer(command, response)
 
     def _add(self, transactional_id: str, command: AddPartitions) -> AddAnswer:
         topics: dict[str, list[int]] = {}
@@ -303,6 +337,21 @@ def init_producer_id(client: ClusterClient, transactional_id: str, *, transactio
                                      producer_id=producer_id, producer_epoch=epoch)
 
     return client.send_to_transaction_coordinator(transactional_id, request, timeout_s=timeout_s, resend=resend)
+
+
+def _end_request(transactional_id: str, command: EndTxn) -> Any:
+    target = command.transaction
+    return EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
+                         producer_epoch=target.epoch, committed=command.commit,
+                         max_version=5 if command.transaction_version >= 2 else 4)
+
+
+def _end_answer(command: EndTxn, response: Any) -> EndAnswer:
+    following = None
+    if response.error_code == codes.NONE and command.transaction_version >= 2 and \
+            getattr(response, "producer_epoch", -1) >= 0:
+        following = ProducerIdentity(response.producer_id, response.producer_epoch)
+    return EndAnswer(response.error_code, following)
 
 
 _RETRIABLE_ADD = frozenset({codes.CONCURRENT_TRANSACTIONS, codes.COORDINATOR_LOAD_IN_PROGRESS, codes.NOT_COORDINATOR,

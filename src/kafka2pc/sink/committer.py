@@ -1,16 +1,39 @@
-"""The committer: record a checkpoint's decision durably, then complete its transactions, then mark it done."""
+"""The committer: record a checkpoint's decision durably (the commit point), then complete its transactions, then mark
+it done; and make a checkpoint's outcome hold when it is offered again (a replayed batch, a retried commit)."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
 
 from kafka2pc import metrics
+from kafka2pc.completion import Settled
+from kafka2pc.coordinator_messages import ONGOING, Described, DescribeTransaction, ProducerIdentity
 from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.transaction_control import TransactionControl
 
 log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Settlement:
+    """What :meth:`Committer.settle` did for one checkpoint."""
+
+    checkpoint: int
+    #: True: this call recorded the decision; False: the checkpoint was already decided (a replay)
+    decided_now: bool
+    #: the transactions of the checkpoint's decision (all committed now), or () if its record was pruned long ago
+    committed: tuple[PreparedTransaction, ...]
+    #: transactional ids of offered transactions that were not the decided ones, aborted
+    aborted: tuple[str, ...]
+    record_seconds: float = 0.0
+    complete_seconds: float = 0.0
 
 
 class Committer:
@@ -31,23 +54,84 @@ class Committer:
             self.roll_forward(decision)
         return list(decision.transactions)
 
+    def settle(self, checkpoint: int, offered: Sequence[PreparedTransaction],
+               metadata: Mapping[str, Any] | None = None) -> Settlement:
+        """Commit ``offered`` as checkpoint ``checkpoint`` — unless the checkpoint is already decided, in which case
+        the recorded decision is completed and every offered transaction that is not part of it is aborted (a
+        replayed batch, whose rows are already committed once).
+
+        Before recording, every offered transaction is checked to be still ongoing at its producer id and epoch;
+        if one is not (something aborted it), nothing is recorded, all offered ones are aborted and
+        :class:`~kafka2pc.errors.TransactionLostError` says so: the checkpoint can then be run again."""
+        existing = self.decision_log.decision(checkpoint)
+        last = self.decision_log.last_checkpoint()
+        if existing is None and last is not None and checkpoint < last:
+            # decided long ago (its record has been pruned): whatever is offered now is a replay's
+            return Settlement(checkpoint, False, (), self._abort_others(offered, ()))
+        if existing is not None:
+            if not self.decision_log.is_done(checkpoint):
+                self.roll_forward(existing)
+            return Settlement(checkpoint, False, existing.transactions,
+                              self._abort_others(offered, existing.transactions))
+        self._check_pending(checkpoint, offered)
+        decision = Decision(checkpoint, offered, metadata or {})
+        started = time.monotonic()
+        self.decision_log.record(decision)
+        recorded = time.monotonic()
+        self.roll_forward(decision)
+        return Settlement(checkpoint, True, decision.transactions, (), recorded - started,
+                          time.monotonic() - recorded)
+
+    def _check_pending(self, checkpoint: int, offered: Sequence[PreparedTransaction]) -> None:
+        commands = [(t.transactional_id, DescribeTransaction()) for t in offered]
+        execute_all = getattr(self.control.transport, "execute_all", None)
+        answers = execute_all(commands) if execute_all is not None else \
+            [self.control.transport.execute(*c) for c in commands]
+        for txn, answer in zip(offered, answers, strict=True):
+            observed = answer.observed if isinstance(answer, Described) else None
+            if observed is None or observed.state != ONGOING or observed.identity != ProducerIdentity.of(txn.state):
+                self._abort_others(offered, ())
+                raise TransactionLostError(
+                    txn.transactional_id, txn.state.producer_id, txn.state.epoch,
+                    f"it is no longer ongoing (coordinator reports {observed}) before checkpoint {checkpoint} was "
+                    "decided: nothing was recorded and every transaction offered for it was aborted; run the "
+                    "checkpoint again")
+
+    def _abort_others(self, offered: Sequence[PreparedTransaction],
+                      decided: Sequence[PreparedTransaction]) -> tuple[str, ...]:
+        keep = {(t.transactional_id, t.state) for t in decided}
+        extra = [t for t in offered if (t.transactional_id, t.state) not in keep]
+        aborted = []
+        for txn, result in zip(extra, self.control.abort_all([(t.transactional_id, t.state) for t in extra]),
+                               strict=True):
+            if isinstance(result, Exception):
+                log.warning("could not abort %s of %r (a replayed attempt's): %s; recovery's LISTING will",
+                            txn.state, txn.transactional_id, result)
+            elif isinstance(result, Settled) and result.outcome is not None:
+                aborted.append(txn.transactional_id)
+        return tuple(aborted)
+
     def roll_forward(self, decision: Decision) -> None:
-        """Commit every transaction of an already recorded ``decision`` (idempotent), then mark it done.
+        """Commit every transaction of an already recorded ``decision`` (idempotent; all at once), then mark it done.
 
         A transaction that can never commit raises :class:`~kafka2pc.errors.TransactionLostError`, one whose fate
-        cannot be known :class:`~kafka2pc.errors.TransactionOutcomeUnknownError`; the decision then stays undone."""
-        for txn in decision.transactions:
-            try:
-                settled = self.control.commit(txn.transactional_id, txn.state)
-            except TransactionLostError:
+        cannot be known :class:`~kafka2pc.errors.TransactionOutcomeUnknownError`, after every other one was
+        committed; the decision then stays undone."""
+        results = self.control.commit_all([(t.transactional_id, t.state) for t in decision.transactions])
+        failure: Exception | None = None
+        for txn, result in zip(decision.transactions, results, strict=True):
+            if isinstance(result, Settled):
+                if result.ended_now:
+                    metrics.TRANSACTIONS_ENDED.labels(outcome="committed").inc()
+                continue
+            if isinstance(result, TransactionLostError):
                 metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
                 log.error("checkpoint %d decided to commit %s of %r, which can never commit", decision.checkpoint,
                           txn.state, txn.transactional_id)
-                raise
-            except TransactionOutcomeUnknownError:
+            elif isinstance(result, TransactionOutcomeUnknownError):
                 metrics.TRANSACTIONS_ENDED.labels(outcome="unknown").inc()
-                raise
-            if settled.ended_now:
-                metrics.TRANSACTIONS_ENDED.labels(outcome="committed").inc()
+            failure = failure or result
+        if failure is not None:
+            raise failure
         self.decision_log.mark_done(decision.checkpoint)
         log.debug("checkpoint %d: %d transaction(s) committed", decision.checkpoint, len(decision.transactions))
