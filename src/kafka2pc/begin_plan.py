@@ -6,11 +6,12 @@ A bump names the producer's own identity, and Kafka checks only the producer id 
 Ongoing — then it aborts the transaction, whoever's it is. A fenced producer that bumped blindly could abort its
 successor's prepared transaction. So every bump is *guarded*: DescribeTransactions first, and the bump is sent only
 while the id is at exactly this producer's identity and in no transaction, once (a lost or busy answer is looked at
-again, never re-sent blindly). v1 bumps right after the producer's own end, so a producer that is fenced later
-sends nothing when it begins its next transaction, as Kafka's own producer does.
+again, never re-sent blindly). A fenced producer's begin thus sends nothing but the look, and raises.
 """
 
 from __future__ import annotations
+
+import attrs
 
 from kafka2pc import broker_errors as codes
 from kafka2pc.completion import MAX_TRANSACTION_EPOCH
@@ -25,6 +26,7 @@ from kafka2pc.coordinator_messages import (
     InitAnswer,
     InitProducerId,
     NoAnswer,
+    ProducerIdentity,
 )
 from kafka2pc.errors import (
     AuthorizationError,
@@ -88,6 +90,7 @@ class Bumping:
         """The next command, or where the producer stands once nothing is due."""
         mine = self.state.identity
         if isinstance(answer, NoAnswer):
+            self.state = attrs.evolve(self.state, bump_in_doubt=True)
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}; the bump of "
                                          f"{mine} may be retried")
         if isinstance(answer, Described):
@@ -96,6 +99,11 @@ class Bumping:
                 return Unowned(self.setup)  # the id expired: a fresh InitProducerId starts a new producer id
             if observed.identity == mine and observed.state in IN_FLUX:
                 return self._look()  # this producer's own end is still writing its markers
+            if self.state.bump_in_doubt and observed.state == EMPTY and \
+                    observed.identity == ProducerIdentity(mine.producer_id, mine.epoch + 1):
+                # our lost bump landed, or someone else's InitProducerId did: Kafka tells them apart (KIP-360's
+                # retry returns the bumped epoch unchanged; after another producer's init it answers fenced)
+                return self.setup.init(expected=mine)
             if observed.identity != mine or observed.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
                 raise fenced(self.transactional_id, f"the coordinator reports {observed}; no bump was sent")
             return self.setup.init(expected=mine)

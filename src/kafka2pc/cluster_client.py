@@ -139,9 +139,10 @@ class ClusterClient:
     # -- requests ----------------------------------------------------------------------------------------------
 
     def send_idempotent(self, request_factory: Callable[[], Any], node_id: int | None = None, *,
-                        what: str = "request") -> Any:
-        """:meth:`send` for requests that may be repeated (reads), retrying connection-level failures."""
-        return self._with_retries(lambda: self.send(request_factory(), node_id), what)
+                        what: str = "request", timeout_s: float = 30.0) -> Any:
+        """:meth:`send` for requests that may be repeated (reads), retrying connection-level failures until
+        ``timeout_s``."""
+        return self._with_retries(lambda: self.send(request_factory(), node_id), what, timeout_s)
 
     def send(self, request: Any, node_id: int | None = None) -> Any:
         """Send one request (to ``node_id``, else the least loaded broker) and return its response."""

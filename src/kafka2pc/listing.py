@@ -84,7 +84,8 @@ def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any]
     backoff = 0.05
     while True:
         try:
-            response = client.send_idempotent(make_request, node_id=broker, what="ListTransactions")
+            response = client.send_idempotent(make_request, node_id=broker, what="ListTransactions",
+                                              timeout_s=max(0.1, deadline - time.monotonic()))
         except BrokerUnavailableError as exc:
             raise IncompleteListingError(f"ListTransactions: broker {broker} did not answer ({exc})") from exc
         code = int(response.error_code)

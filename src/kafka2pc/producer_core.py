@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from kafka2pc import broker_errors as codes
-from kafka2pc.begin_plan import FATAL, Beginning, Bumping, fresh_bumps
+from kafka2pc.begin_plan import FATAL, Beginning, fresh_bumps
 from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome
 from kafka2pc.coordinator_messages import (
     AddAnswer,
@@ -71,14 +71,6 @@ class _Adding:
     partitions: frozenset[TopicPartition]
 
 
-@attrs.frozen
-class _Tail:
-    """Bumps right after this producer's own end, before the call returns the end's outcome (and reports
-    ``report``)."""
-
-    bumping: Bumping
-    commit: bool
-    report: PreparedTxnState | None
 
 
 class ProducerCore:
@@ -90,7 +82,7 @@ class ProducerCore:
         self.fallback_reason: str | None = None
         #: how transactions run, once init_transactions has decided it (kept after close)
         self.setup: TransactionSetup | None = None
-        self._operation: Initialization | Beginning | Completion | _Adding | _Tail | None = None
+        self._operation: Initialization | Beginning | Completion | _Adding | None = None
 
     @property
     def name(self) -> State:
@@ -263,30 +255,10 @@ class ProducerCore:
             if after.producer_id != ending.identity.producer_id:
                 self.state = Unowned(setup)
             else:
-                ready = Ready(setup, after, bumps_due=max(0, 2 - (after.epoch - ending.identity.epoch)))
-                self.state = ready
-                tail = _Tail(Bumping(self.transactional_id, ready), ending.commit, ending.report)
-                return self._continue_tail(tail, tail.bumping.start())  # v1: bump now, while the id is ours
+                # v1: two bumps before the next transaction, sent (guarded) when it begins; until then the
+                # coordinator still reports this end, so completing it again, from any process, says how it ended
+                self.state = Ready(setup, after, bumps_due=max(0, 2 - (after.epoch - ending.identity.epoch)))
         return self._ended(ending.commit, ending.report)
-
-    def _continue_tail(self, tail: _Tail, step: Any) -> Step:
-        if isinstance(step, Ready | Unowned):
-            self._operation = None
-            self.state = step
-            return self._ended(tail.commit, tail.report)
-        self._operation = tail
-        return step  # type: ignore[no-any-return]
-
-    def _after_tail(self, tail: _Tail, answer: Answer) -> Step:
-        """A bump after this producer's own end: the end stands whatever becomes of the bump."""
-        try:
-            return self._continue_tail(tail, tail.bumping.on_answer(answer))
-        except BrokerUnavailableError:
-            self.state = tail.bumping.state  # the bumps still due are sent, guarded, by the next begin
-        except FATAL as error:
-            self.state = Fatal(error)  # the next call raises it
-        self._operation = None
-        return self._ended(tail.commit, tail.report)
 
     def _ended(self, commit: bool, report: PreparedTxnState | None) -> Step:
         if report is not None:
@@ -339,9 +311,7 @@ class ProducerCore:
         operation = self._operation
         if isinstance(operation, _Adding):
             return self._after_add(operation, answer)
-        if isinstance(operation, _Tail):
-            return self._after_tail(operation, answer)
-        if isinstance(answer, NoAnswer) and not isinstance(operation, Initialization | Completion):
+        if isinstance(answer, NoAnswer) and not isinstance(operation, Initialization | Beginning | Completion):
             self._operation = None
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason} (state "
                                          f"{self.name.value}; the call may be retried)")

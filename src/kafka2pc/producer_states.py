@@ -54,11 +54,13 @@ class Unowned:
 
 @attrs.frozen
 class Ready:
-    """Owns ``identity``; ``bumps_due`` InitProducerId bumps must precede the next transaction (protocol v1)."""
+    """Owns ``identity``; ``bumps_due`` InitProducerId bumps must precede the next transaction (protocol v1).
+    ``bump_in_doubt``: a bump of ``identity`` was sent and its answer lost, so it may have landed."""
 
     setup: TransactionSetup
     identity: ProducerIdentity
     bumps_due: int = 0
+    bump_in_doubt: bool = False
 
 
 @attrs.frozen

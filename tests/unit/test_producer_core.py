@@ -172,16 +172,17 @@ def test_v1_successor_leaves_two_epochs_before_its_first_transaction():
     assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 6))
 
 
-def test_v1_producer_bumps_twice_right_after_its_end_and_begins_without_a_request():
-    """Review finding 1: the bumps happen while the id is known to be this producer's (right after its own EndTxn,
-    each after a look), so a producer fenced later sends nothing at begin, as Kafka's own producer does."""
+def test_v1_producer_bumps_twice_between_its_transactions_each_after_a_look():
+    """Review finding 1: each bump is sent only after DescribeTransactions showed the id at exactly this producer's
+    identity and in no transaction, once."""
     core = core_in(Prepared(V1, ME, registered=True))
     done = exchange(core, core.end(commit=True, operation="commit_transaction"), EndTxn(ME, True, 1),
-                    EndAnswer(codes.NONE), DescribeTransaction(), looked("CompleteCommit", 3), bump(3),
+                    EndAnswer(codes.NONE))
+    assert done == Done(TransactionOutcome.COMMITTED) and core.state == Ready(V1, ME, bumps_due=2)
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteCommit", 3), bump(3),
                     InitAnswer(codes.NONE, ProducerIdentity(5, 4)), DescribeTransaction(), looked("Empty", 4), bump(4),
                     InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
-    assert done == Done(TransactionOutcome.COMMITTED) and core.state == Ready(V1, ProducerIdentity(5, 5))
-    assert core.begin() == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 5))
+    assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 5))
 
 
 def test_a_bump_is_never_sent_onto_someone_elses_transaction():
@@ -193,13 +194,28 @@ def test_a_bump_is_never_sent_onto_someone_elses_transaction():
     assert core.name is State.FATAL_ERROR
 
 
-def test_the_end_stands_when_the_bump_after_it_is_fenced():
-    core = core_in(Prepared(V1, ME, registered=True))
-    done = exchange(core, core.end(commit=True, operation="commit_transaction"), EndTxn(ME, True, 1),
-                    EndAnswer(codes.NONE), DescribeTransaction(), looked("Ongoing", 4))
-    assert done == Done(TransactionOutcome.COMMITTED)  # committed, and the caller is told so
-    with pytest.raises(ProducerFencedError):
-        core.begin()
+@pytest.mark.parametrize(("answer", "fenced_now"), [
+    (InitAnswer(codes.NONE, ProducerIdentity(5, 4)), False),  # KIP-360: a retry of a bump that landed, unchanged
+    (InitAnswer(codes.PRODUCER_FENCED), True),                # another producer's InitProducerId moved the epoch
+])
+def test_a_lost_bump_answer_is_looked_at_again_never_resent_blindly(answer, fenced_now):
+    core = core_in(Ready(V1, ME, bumps_due=1))
+    with pytest.raises(BrokerUnavailableError, match="may be retried"):
+        exchange(core, core.begin(), DescribeTransaction(), looked("CompleteCommit", 3), bump(3), NoAnswer("lost"))
+    assert core.state == Ready(V1, ME, bumps_due=1, bump_in_doubt=True)
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("Empty", 4))
+    assert step == bump(3)
+    if fenced_now:
+        with pytest.raises(ProducerFencedError):
+            core.on_answer(answer)
+        return
+    assert core.on_answer(answer) == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 4))
+
+
+def test_a_bump_in_doubt_never_lands_on_a_transaction():
+    core = core_in(Ready(V1, ME, bumps_due=1, bump_in_doubt=True))
+    with pytest.raises(ProducerFencedError, match="no bump was sent"):
+        exchange(core, core.begin(), DescribeTransaction(), looked("Ongoing", 4))
 
 
 def test_v1_abort_after_a_coordinator_timeout_continues_from_the_bumped_epoch():
@@ -207,10 +223,10 @@ def test_v1_abort_after_a_coordinator_timeout_continues_from_the_bumped_epoch():
     forgotten); the producer continues from e + 1 with one bump, instead of a spurious PRODUCER_FENCED."""
     core = core_in(AbortableError(V1, ME, True, TransactionAbortableError("timed out")))
     done = exchange(core, core.end(commit=False, operation="abort_transaction"), EndTxn(ME, False, 1),
-                    EndAnswer(codes.PRODUCER_FENCED), DescribeTransaction(), looked("CompleteAbort", 4),
-                    DescribeTransaction(), looked("CompleteAbort", 4), bump(4),
-                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
-    assert done == Done(TransactionOutcome.ABORTED) and core.state == Ready(V1, ProducerIdentity(5, 5))
+                    EndAnswer(codes.PRODUCER_FENCED), DescribeTransaction(), looked("CompleteAbort", 4))
+    assert done == Done(TransactionOutcome.ABORTED) and core.state == Ready(V1, ProducerIdentity(5, 4), 1)
+    assert exchange(core, core.begin(), DescribeTransaction(), looked("CompleteAbort", 4), bump(4),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 5))) == Done()
 
 
 def test_resumed_end_failing_with_an_unexpected_error_stays_retryable():
@@ -263,11 +279,9 @@ def test_v1_abort_after_failed_add_partitions_is_not_fencing():
         core.on_answer(AddAnswer(codes.TOPIC_AUTHORIZATION_FAILED))
     step = core.end(commit=False, operation="abort_transaction")
     done = exchange(core, step, EndTxn(ME, False, 1), EndAnswer(codes.INVALID_TXN_STATE),
-                    DescribeTransaction(), looked("Empty", 3), DescribeTransaction(), looked("Empty", 3), bump(3),
-                    InitAnswer(codes.NONE, ProducerIdentity(5, 4)), DescribeTransaction(), looked("Empty", 4), bump(4),
-                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)))
+                    DescribeTransaction(), looked("Empty", 3))
     assert done == Done(TransactionOutcome.ABORTED)
-    assert core.state == Ready(V1, ProducerIdentity(5, 5))
+    assert core.state == Ready(V1, ME, bumps_due=2)
 
 
 def test_prepared_state_records_the_transaction_protocol():
