@@ -13,11 +13,10 @@ A transaction is identified by its producer id and epoch. kafka2pc keeps that id
   EndTxn) or ``CompleteAbort(e + 1)`` (aborted by the coordinator on timeout or fencing), and none of those can
   belong to another transaction.
 
-A handle names a transaction that reached the coordinator (``prepare_transaction`` hands out the empty state for one
-that did not). Under these rules the two protocols never disagree about such a transaction: a v2 one always leaves
-the epoch at *e + 1* or beyond, so ``Complete*`` at *e* can only be a v1 end, and no kafka2pc transaction runs at a
-v1 *e + 1*, so ``CompleteCommit`` at *e + 1* can only be a v2 end. :func:`judge` therefore needs no protocol version,
-and stays exact across a cluster upgrade from ``transaction.version`` 1 to 2.
+The two protocols read one coordinator state differently only at the transaction's own epoch: ``Complete*`` at *e*
+is a v1 end of it, but under v2 the end of the transaction before it (it never started). :func:`judge` therefore
+uses the protocol the handle recorded, and without one (a handle parsed from KIP-939's bare string) it concludes
+only where both readings agree: exact across a cluster upgrade from ``transaction.version`` 1 to 2.
 
 Every verdict is a fact the coordinator's state implies under those rules; where it implies nothing, the verdict is
 :attr:`Fate.UNKNOWN` and callers raise :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` rather than guess.
@@ -95,8 +94,10 @@ class Judgement:
     other_pending: ProducerIdentity | None = None
 
 
-def judge(requested: PreparedTxnState, observed: ObservedTransaction | None) -> Judgement:
-    """What ``observed`` (DescribeTransactions; None: the id is unknown) implies about ``requested``."""
+def judge(requested: PreparedTxnState, observed: ObservedTransaction | None,
+          transaction_version: int | None = None) -> Judgement:
+    """What ``observed`` (DescribeTransactions; None: the id is unknown) implies about ``requested``, a transaction
+    run under ``transaction_version`` (None: not known)."""
     if observed is not None and observed.state in IN_FLUX:
         return Judgement(Fate.IN_FLUX, f"coordinator reports {observed}")
     other = observed.identity if observed is not None and observed.state == ONGOING else None
@@ -117,11 +118,16 @@ def judge(requested: PreparedTxnState, observed: ObservedTransaction | None) -> 
         return Judgement(Fate.UNKNOWN, f"{seen}: a later transaction has started since", other)
     if observed.state not in (COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY):
         return Judgement(Fate.UNKNOWN, seen)
-    # v1 ends at e (commit, EndTxn abort) or e + 1 (coordinator abort); v2 at e + 1: see the module docstring
-    if observed.state == COMPLETE_COMMIT and lag in (0, 1):
-        return Judgement(Fate.COMMITTED, seen)
-    if observed.state == COMPLETE_ABORT and lag in (0, 1):
-        return Judgement(Fate.ABORTED, seen)
+    ended = {COMPLETE_COMMIT: Fate.COMMITTED, COMPLETE_ABORT: Fate.ABORTED}.get(observed.state)
+    if ended is not None and lag == 1 and (ended is Fate.ABORTED or transaction_version != 1):
+        return Judgement(ended, seen)  # v2's end (both); v1's coordinator abort; never a v1 commit: see above
+    if ended is not None and lag == 0:
+        if transaction_version == 1:
+            return Judgement(ended, seen)  # v1 keeps the epoch at the end
+        if transaction_version is None:
+            return Judgement(Fate.UNKNOWN, f"{seen}: under transaction protocol v1 that is its end, under v2 the "
+                                           "end of the one before it; the handle does not say which it ran under")
+        return Judgement(Fate.NEVER_STARTED, seen)  # v2: the previous transaction ended at e; R never registered
     # a transaction at e, once registered, never leaves Empty(e) behind: the id never got past it
     if lag < 0 or (lag == 0 and observed.state == EMPTY):
         return Judgement(Fate.NEVER_STARTED, seen)
@@ -217,7 +223,7 @@ class Completion:
             return self._after_end(answer)
         if isinstance(answer, Described):
             self._last_observed = answer.observed
-            return self._after_look_up(judge(self.requested, answer.observed))
+            return self._after_look_up(judge(self.requested, answer.observed, self.requested.transaction_version))
         if isinstance(answer, NoAnswer):
             raise BrokerUnavailableError(f"transaction {self.requested} of {self.transactional_id!r}: "
                                          f"{answer.reason}; whether it ended is not known yet: retry")

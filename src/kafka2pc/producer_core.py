@@ -287,6 +287,8 @@ class ProducerCore:
         setup = getattr(self.state, "setup", None)
         if requested.is_empty or setup is None:
             return Done(TransactionOutcome.ABORTED)
+        if requested.transaction_version is None and setup.transaction_version == 1:
+            requested = attrs.evolve(requested, transaction_version=1)  # a v1 cluster never ran a v2 transaction
         version = requested.transaction_version or setup.transaction_version
         plan = Completion(self.transactional_id, requested, Goal.LOOK_UP, version)
         self._operation = plan

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
+
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.completion import Completion, Goal, Settled, TransactionOutcome
 from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
@@ -91,6 +93,12 @@ class TransactionControl:
     def _version_of(self, transaction: PreparedTxnState) -> int:
         return transaction.transaction_version or self.transaction_version
 
+    def _recorded(self, transaction: PreparedTxnState) -> PreparedTxnState:
+        """``transaction`` with its protocol filled in where it is certain: a v1 cluster never ran a v2 one."""
+        if transaction.transaction_version is None and self.transaction_version == 1:
+            return attrs.evolve(transaction, transaction_version=1)
+        return transaction
+
     # -- reading -----------------------------------------------------------------------------------------------------
 
     def describe_full(self, transactional_id: str) -> TransactionDescription | None:
@@ -121,20 +129,23 @@ class TransactionControl:
         """Commit exactly ``transaction`` (idempotent: an already committed one reports so). Raises
         :class:`~kafka2pc.errors.TransactionLostError` if it was aborted or never ran, and
         :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` if its fate cannot be known."""
+        transaction = self._recorded(transaction)
         completion = Completion(transactional_id, transaction, Goal.COMMIT, self._version_of(transaction))
         return settle(self.transport, transactional_id, completion)
 
     def commit_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`commit` for many transactions at once (one round trip when all goes well); in order, each one's
         Settled or the error it ended with."""
+        recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
         return settle_all(self.transport, [Completion(txn_id, state, Goal.COMMIT, self._version_of(state))
-                                           for txn_id, state in transactions])
+                                           for txn_id, state in recorded])
 
     def abort_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`abort` for many transactions at once."""
+        recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
         return settle_all(self.transport, [
             Completion(txn_id, state, Goal.ABORT, version := self._version_of(state), fence_after_abort=version < 2)
-            for txn_id, state in transactions])
+            for txn_id, state in recorded])
 
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
         """:meth:`commit`; True once committed."""
@@ -145,6 +156,7 @@ class TransactionControl:
         never touched. The settled outcome says ABORTED (now or before, or it never ran) or COMMITTED (it had
         already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity, after
         looking that the id is still at it (``settled.fenced`` says whether that worked)."""
+        transaction = self._recorded(transaction)
         version = self._version_of(transaction)
         completion = Completion(transactional_id, transaction, Goal.ABORT, version, fence_after_abort=version < 2)
         return settle(self.transport, transactional_id, completion)

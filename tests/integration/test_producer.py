@@ -81,8 +81,18 @@ def test_complete_with_other_state_aborts(broker, topic_factory):
         p.begin_transaction()
         p.produce_batch(topic, [b"no"])
         state = p.prepare_transaction()
-        other = PreparedTxnState(state.producer_id, state.epoch + 1)
+        # a state naming a transaction that never ran (with the protocol recorded, as the sink and dual writer do)
+        other = PreparedTxnState(state.producer_id, state.epoch + 1, state.transaction_version)
         assert p.complete_transaction(other) is TransactionOutcome.ABORTED
+        p.begin_transaction()
+        p.produce_batch(topic, [b"no either"])
+        state = p.prepare_transaction()
+        bare = PreparedTxnState.parse(f"{state.producer_id}:{state.epoch + 1}")  # KIP-939's string: no protocol
+        if state.transaction_version == 1:
+            assert p.complete_transaction(bare) is TransactionOutcome.ABORTED  # a v1 cluster: certainly v1
+        else:  # under v1 rules "CompleteAbort at that epoch" would be its abort; under v2 it never ran: unknown
+            with pytest.raises(TransactionOutcomeUnknownError, match="does not say which"):
+                p.complete_transaction(bare)
     assert read_records(broker.bootstrap_servers, topic) == []
 
 

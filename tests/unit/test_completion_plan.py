@@ -41,7 +41,7 @@ def run(completion, *answers):
 
 
 def commit(tv=2):
-    return Completion("t", R, Goal.COMMIT, tv)
+    return Completion("t", PreparedTxnState(7, 10, tv), Goal.COMMIT, tv)
 
 
 def test_commit_is_one_end_txn_when_it_succeeds():

@@ -1,5 +1,6 @@
-"""judge(): what the coordinator's state implies about one transaction, case by case. The same table holds for both
-transaction protocols (see completion.py's docstring), so a handle without a recorded protocol is judged exactly."""
+"""judge(): what the coordinator's state implies about one transaction, case by case, for a handle that recorded
+transaction protocol v1, v2, or neither (KIP-939's bare string): the protocols disagree only about Complete* at the
+transaction's own epoch, which a handle without a protocol leaves unknown."""
 
 import pytest
 
@@ -30,24 +31,33 @@ def obs(state, pid=7, epoch=10):
     (obs("Dead"), Fate.UNKNOWN, None),
     (obs("CompleteCommit", pid=8, epoch=11), Fate.UNKNOWN, None),
     (obs("CompleteAbort", pid=8, epoch=11), Fate.UNKNOWN, None),
-    (obs("CompleteCommit", epoch=10), Fate.COMMITTED, None),     # v1: the end keeps the epoch
-    (obs("CompleteCommit", epoch=11), Fate.COMMITTED, None),     # v2: the end bumps it
-    (obs("CompleteAbort", epoch=10), Fate.ABORTED, None),        # v1: aborted by EndTxn
     (obs("CompleteAbort", epoch=11), Fate.ABORTED, None),        # v2: any abort; v1: by the coordinator (fence bump)
     (obs("CompleteCommit", epoch=12), Fate.UNKNOWN, None),       # a later transaction ended since
     (obs("CompleteAbort", epoch=12), Fate.UNKNOWN, None),
     (obs("CompleteCommit", epoch=9), Fate.NEVER_STARTED, None),
 ])
-def test_every_coordinator_state(observed, fate, other):
-    verdict = judge(R, observed)
+@pytest.mark.parametrize("version", [None, 1, 2])
+def test_states_every_reading_agrees_on(observed, fate, other, version):
+    verdict = judge(R, observed, version)
     assert verdict.fate is fate, verdict.reason
     assert verdict.other_pending == (ProducerIdentity(*other) if other else None)
 
 
+@pytest.mark.parametrize(("observed", "v1", "v2", "unrecorded"), [
+    (obs("CompleteCommit", epoch=10), Fate.COMMITTED, Fate.NEVER_STARTED, Fate.UNKNOWN),  # v1 keeps the epoch
+    (obs("CompleteAbort", epoch=10), Fate.ABORTED, Fate.NEVER_STARTED, Fate.UNKNOWN),     # v1: aborted by EndTxn
+    (obs("CompleteCommit", epoch=11), Fate.UNKNOWN, Fate.COMMITTED, Fate.COMMITTED),      # no kafka2pc v1 txn at e+1
+])
+def test_states_the_protocols_read_differently(observed, v1, v2, unrecorded):
+    assert (judge(R, observed, 1).fate, judge(R, observed, 2).fate, judge(R, observed).fate) == (v1, v2, unrecorded)
+
+
 def test_a_v1_commit_judged_after_the_cluster_moved_to_v2():
     """The reviewer's case: a v1 transaction committed, its answer lost, then transaction.version=2 is finalized and
-    a handle without a recorded protocol is completed. CompleteCommit at the handle's own epoch is a v1 commit."""
-    assert judge(PreparedTxnState.parse("1000:1"), obs("CompleteCommit", pid=1000, epoch=1)).fate is Fate.COMMITTED
+    a handle without a recorded protocol is completed: never "never started" (which an application would resend)."""
+    bare = PreparedTxnState.parse("1000:1")
+    assert judge(bare, obs("CompleteCommit", pid=1000, epoch=1)).fate is Fate.UNKNOWN
+    assert judge(PreparedTxnState(1000, 1, 1), obs("CompleteCommit", pid=1000, epoch=1), 1).fate is Fate.COMMITTED
 
 
 def test_empty_request_never_started():
