@@ -38,6 +38,8 @@ from kafka2pc.errors import (
 from kafka2pc.init_plan import TransactionSetup, fenced, init_error
 from kafka2pc.producer_states import InTransaction, Ready, Unowned
 
+#: a bump to this epoch or beyond rotates the producer id; a retry of it cannot be told from another producer's init
+EXHAUSTED_EPOCH = 32766
 #: errors after which the producer can only be closed
 FATAL = (ProducerFencedError, AuthorizationError, ConfigError, TransactionLostError)
 _LOOKS = 20
@@ -95,12 +97,14 @@ class Bumping:
                                          f"{mine} may be retried")
         if isinstance(answer, Described):
             observed = answer.observed
-            if observed is None:
-                return Unowned(self.setup)  # the id expired: a fresh InitProducerId starts a new producer id
+            if observed is None:  # expired; a fresh InitProducerId could abort a successor's new transaction
+                raise fenced(self.transactional_id, "the coordinator no longer knows the id (it expired); a new "
+                                                    "producer must take it over; no bump was sent")
             if observed.identity == mine and observed.state in IN_FLUX:
                 return self._look()  # this producer's own end is still writing its markers
-            if self.state.bump_in_doubt and observed.state == EMPTY and \
-                    observed.identity == ProducerIdentity(mine.producer_id, mine.epoch + 1):
+            following = ProducerIdentity(mine.producer_id, mine.epoch + 1)
+            if self.state.bump_in_doubt and observed.state == EMPTY and observed.identity == following \
+                    and following.epoch < EXHAUSTED_EPOCH:
                 # our lost bump landed, or someone else's InitProducerId did: Kafka tells them apart (KIP-360's
                 # retry returns the bumped epoch unchanged; after another producer's init it answers fenced)
                 return self.setup.init(expected=mine)
@@ -112,13 +116,13 @@ class Bumping:
         if answer.error == codes.NONE and answer.identity is not None:
             self.state = Ready(self.setup, answer.identity, max(0, self.state.bumps_due - 1))
             return self.start()
-        if answer.error == codes.CONCURRENT_TRANSACTIONS:
-            return self._look()
         error = init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
         if isinstance(error, FATAL):
             raise error
-        # e.g. UNKNOWN_SERVER_ERROR for a bump of an exhausted epoch: holding no transaction, start afresh
-        return Unowned(self.setup)
+        # busy, a moved coordinator (it may have acted before it noticed), anything else: the bump may or may not
+        # have landed; look again, never start afresh (a fresh InitProducerId is checked against nothing)
+        self.state = attrs.evolve(self.state, bump_in_doubt=True)
+        return self._look()
 
 
 class Beginning:

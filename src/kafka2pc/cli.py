@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from kafka2pc.capabilities import DEFAULT_PROBE_TRANSACTIONAL_ID, BrokerCapabilities, probe_capabilities
 from kafka2pc.cli_audit import add_audit_command
+from kafka2pc.cli_recover import add_recover_command
 from kafka2pc.cli_txns import add_txns_commands
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_txns_commands(commands, _add_connection_args)
     add_audit_command(commands, _add_connection_args)
+    add_recover_command(commands, _add_connection_args)
     return parser
 
 

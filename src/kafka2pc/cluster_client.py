@@ -17,7 +17,7 @@ import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from kafka2pc.broker_errors import CONCURRENT_TRANSACTIONS, COORDINATOR_RETRIABLE, error_name
+from kafka2pc.broker_errors import COORDINATOR_RETRIABLE, error_name
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
     AuthorizationError,
@@ -214,10 +214,9 @@ class ClusterClient:
         ``make_request`` builds a fresh request for each attempt.
 
         With ``resend=False`` a request that may have reached the coordinator is never sent again: a lost connection
-        or answer raises BrokerUnavailableError at once and CONCURRENT_TRANSACTIONS is returned, so the caller can
-        look at the coordinator's state before deciding anything (a busy coordinator or a lost answer means another
-        client may act in between). Answers that mean "not processed" (not the coordinator, still loading) are
-        still followed.
+        or answer raises BrokerUnavailableError at once and every coordinator error (busy, moved, not available —
+        Kafka answers some of them after it appended the change) is returned, so the caller can look at the
+        coordinator's state before deciding anything. FindCoordinator itself is still retried.
         """
         deadline = time.monotonic() + timeout_s
         backoff = 0.05
@@ -238,8 +237,8 @@ class ClusterClient:
                 problem = type(exc).__name__
             else:
                 code = error_code_of(response)
-                if code not in COORDINATOR_RETRIABLE or (not resend and code == CONCURRENT_TRANSACTIONS):
-                    return response
+                if code not in COORDINATOR_RETRIABLE or not resend:
+                    return response  # once: a busy or moved coordinator may have acted; the caller looks first
                 problem = error_name(code)
             if time.monotonic() + backoff > deadline:
                 raise BrokerUnavailableError(

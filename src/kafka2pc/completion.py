@@ -134,6 +134,19 @@ def judge(requested: PreparedTxnState, observed: ObservedTransaction | None,
     return Judgement(Fate.UNKNOWN, f"{seen}: the id has moved on since")
 
 
+def end_version(requested: PreparedTxnState, commit: bool, cluster_version: int) -> int:
+    """The transaction protocol to end ``requested`` with (EndTxn v5 for 2, v4 for 1).
+
+    Its recorded protocol when there is one. Otherwise (a bare ``"pid:epoch"``, a transaction only described):
+    a commit may use the cluster's — both versions commit only an ongoing transaction and refuse a finished one —
+    but an abort uses v4: a v5 abort of a v1 transaction that already committed at the current epoch is accepted
+    as an abort of an empty transaction (it bumps the epoch), hiding the commit. A v4 abort never bumps, so its
+    caller fences afterwards (``fence_after_abort``)."""
+    if requested.transaction_version is not None:
+        return requested.transaction_version
+    return cluster_version if commit else 1
+
+
 class Goal(enum.Enum):
     """What a :class:`Completion` is for."""
 
@@ -268,8 +281,8 @@ class Completion:
         if isinstance(answer, InitAnswer):
             if answer.error in (codes.NONE, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH):
                 return self._fenced(True, f"aborted and fenced ({codes.error_name(answer.error)})")
-            if answer.error == codes.CONCURRENT_TRANSACTIONS:
-                return self._describe()
+            if answer.error in codes.COORDINATOR_RETRIABLE:
+                return self._describe()  # busy or moved: it may have acted; look before anything else
             return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
         if isinstance(answer, NoAnswer):
             return self._fenced(False, f"aborted; the fencing InitProducerId got no answer: {answer.reason}")

@@ -151,7 +151,7 @@ class Initialization:
             observed = answer.observed
             held = None
             if observed is not None and observed.state == ONGOING:
-                held = observed.identity.state(self.transaction_version)
+                held = observed.identity.state()  # which protocol it ran under is not known from here
             return Initialized(self.setup, None, held)
         if step in ("init", "keep") and isinstance(answer, InitAnswer):
             return self._after_init(answer)

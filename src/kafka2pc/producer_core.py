@@ -17,7 +17,7 @@ import attrs
 
 from kafka2pc import broker_errors as codes
 from kafka2pc.begin_plan import FATAL, Beginning, fresh_bumps
-from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome
+from kafka2pc.completion import Completion, Fate, Goal, Settled, TransactionOutcome, end_version
 from kafka2pc.coordinator_messages import (
     AddAnswer,
     AddPartitions,
@@ -231,8 +231,11 @@ class ProducerCore:
         else:
             raise self._illegal(operation)
         self.state = ending
-        plan = Completion(self.transactional_id, ending.target, Goal.COMMIT if commit else Goal.ABORT,
-                          ending.target.transaction_version or ending.setup.transaction_version)
+        version = end_version(ending.target, commit, ending.setup.transaction_version)
+        # a resumed transaction's writer may still be alive: after a v4 abort (no bump) it could reopen the
+        # transaction at the same epoch unless the abort is followed by a fence
+        plan = Completion(self.transactional_id, ending.target, Goal.COMMIT if commit else Goal.ABORT, version,
+                          fence_after_abort=not commit and version < 2 and ending.owner is Owner.RESUMED)
         self._operation = plan
         return plan.start()
 
@@ -274,6 +277,8 @@ class ProducerCore:
         held = _held(state)
         if held is not None:
             if requested == held and not requested.is_empty:
+                if held.transaction_version is None and isinstance(state, Recovered):
+                    self.state = attrs.evolve(state, held=requested)  # the caller's record says its protocol
                 return self.end(commit=True, operation="complete_transaction")
             if isinstance(state, Ending) and state.commit:
                 raise self._illegal("complete_transaction", f"a commit of {state.target} is in progress; "

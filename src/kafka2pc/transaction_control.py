@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.completion import Completion, Goal, Settled, TransactionOutcome
+from kafka2pc.completion import Completion, Goal, Settled, TransactionOutcome, end_version
 from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
 from kafka2pc.errors import TransactionOutcomeUnknownError
 from kafka2pc.listing import IncompleteListingError, TransactionListing
@@ -40,10 +40,12 @@ def settle_all(transport: Any, completions: Sequence[Completion]) -> list[Settle
     while steps:  # bounded: every Completion settles or raises after a bounded number of commands
         pending = sorted(steps)
         commands = [(completions[i].transactional_id, steps[i]) for i in pending]
-        execute_all = getattr(transport, "execute_all", None)
-        answers = execute_all(commands) if execute_all is not None else \
-            [transport.execute(txn_id, command) for txn_id, command in commands]
+        answers = _execute_each(transport, commands)
         for index, answer in zip(pending, answers, strict=True):
+            if isinstance(answer, Exception):
+                results[index] = answer
+                del steps[index]
+                continue
             try:
                 step = completions[index].on_answer(answer)
             except Exception as exc:
@@ -56,6 +58,23 @@ def settle_all(transport: Any, completions: Sequence[Completion]) -> list[Settle
             else:
                 steps[index] = step
     return [r for r in results if r is not None]
+
+
+def _execute_each(transport: Any, commands: list[tuple[str, Any]]) -> list[Any]:
+    """Answers to ``commands`` (all at once where the transport can); an error belongs to its own command only."""
+    execute_all = getattr(transport, "execute_all", None)
+    if execute_all is not None:
+        try:
+            return list(execute_all(commands))
+        except Exception as exc:  # e.g. one id's coordinator cannot be found: ask each on its own
+            log.debug("concurrent round failed (%r); one by one", exc)
+    answers: list[Any] = []
+    for txn_id, command in commands:
+        try:
+            answers.append(transport.execute(txn_id, command))
+        except Exception as exc:
+            answers.append(exc)
+    return answers
 
 
 def settle(transport: Any, transactional_id: str, completion: Completion) -> Settled:
@@ -90,8 +109,8 @@ class TransactionControl:
             self._transaction_version = int(self.transport.cluster_facts().transaction_version)
         return self._transaction_version
 
-    def _version_of(self, transaction: PreparedTxnState) -> int:
-        return transaction.transaction_version or self.transaction_version
+    def _version_of(self, transaction: PreparedTxnState, *, commit: bool) -> int:
+        return end_version(transaction, commit, self.transaction_version)
 
     def _recorded(self, transaction: PreparedTxnState) -> PreparedTxnState:
         """``transaction`` with its protocol filled in where it is certain: a v1 cluster never ran a v2 one."""
@@ -130,21 +149,22 @@ class TransactionControl:
         :class:`~kafka2pc.errors.TransactionLostError` if it was aborted or never ran, and
         :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` if its fate cannot be known."""
         transaction = self._recorded(transaction)
-        completion = Completion(transactional_id, transaction, Goal.COMMIT, self._version_of(transaction))
+        completion = Completion(transactional_id, transaction, Goal.COMMIT, self._version_of(transaction, commit=True))
         return settle(self.transport, transactional_id, completion)
 
     def commit_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`commit` for many transactions at once (one round trip when all goes well); in order, each one's
         Settled or the error it ended with."""
         recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
-        return settle_all(self.transport, [Completion(txn_id, state, Goal.COMMIT, self._version_of(state))
+        return settle_all(self.transport, [Completion(txn_id, state, Goal.COMMIT, self._version_of(state, commit=True))
                                            for txn_id, state in recorded])
 
     def abort_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`abort` for many transactions at once."""
         recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
         return settle_all(self.transport, [
-            Completion(txn_id, state, Goal.ABORT, version := self._version_of(state), fence_after_abort=version < 2)
+            Completion(txn_id, state, Goal.ABORT, version := self._version_of(state, commit=False),
+                       fence_after_abort=version < 2)
             for txn_id, state in recorded])
 
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
@@ -157,7 +177,7 @@ class TransactionControl:
         already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity, after
         looking that the id is still at it (``settled.fenced`` says whether that worked)."""
         transaction = self._recorded(transaction)
-        version = self._version_of(transaction)
+        version = self._version_of(transaction, commit=False)
         completion = Completion(transactional_id, transaction, Goal.ABORT, version, fence_after_abort=version < 2)
         return settle(self.transport, transactional_id, completion)
 
@@ -172,7 +192,7 @@ class TransactionControl:
             log.info("%r is now open under producer id %d, not the listed %d: left alone", transactional_id,
                      observed.producer_id, producer_id)
             return None
-        target = observed.identity.state(self.transaction_version)
+        target = observed.identity.state()  # only described: which protocol it ran under is not known
         try:
             settled = self.abort(transactional_id, target)
         except TransactionOutcomeUnknownError as exc:

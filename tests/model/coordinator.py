@@ -312,6 +312,8 @@ class Faults:
     lost_answers: list[bool] = attrs.Factory(list)
     #: the request never reached the coordinator (NoAnswer, nothing done)
     dropped_requests: list[bool] = attrs.Factory(list)
+    #: a DescribeTransactions got no answer
+    failed_describes: list[bool] = attrs.Factory(list)
     retried_answers: list[bool] = attrs.Factory(list)
     lost_produce: list[bool] = attrs.Factory(list)
 
@@ -360,6 +362,8 @@ class ModelTransport:
                 return NoAnswer("the request was lost (model)")
             answer = self.model.init_producer_id(transactional_id, command)
             return NoAnswer("the answer was lost (model)") if Faults.take(self.faults.lost_answers) else answer
+        if isinstance(command, DescribeTransaction) and Faults.take(self.faults.failed_describes):
+            return NoAnswer("the DescribeTransactions answer was lost (model)")
         if isinstance(command, DescribeTransaction | ReadBrokerConfig):
             return self._apply(transactional_id, command)
         if Faults.take(self.faults.dropped_requests):

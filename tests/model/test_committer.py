@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from kafka2pc import TransactionLostError, TwoPhaseProducer
+from kafka2pc import TransactionLostError, TransactionOutcomeUnknownError, TwoPhaseProducer
 from kafka2pc.coordinator_messages import InitProducerId
 from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.transaction_control import TransactionControl
@@ -76,3 +76,16 @@ def test_nothing_is_recorded_when_an_offered_transaction_is_gone(world):
         committer.settle(8, offered)
     assert committer.decision_log.decision(8) is None
     assert transport.model.committed_records() == [] and transport.model.open_transactions() == []
+
+
+def test_a_replay_is_aborted_even_when_the_recorded_decision_is_stuck(world):
+    """Second review F5: the replay's own transactions are aborted first, so they never linger (pinning the LSO)
+    while the recorded decision waits for an operator."""
+    transport, committer = world
+    recorded = Decision(4, [prepare(transport, "job-0-0", 4, b"decided")])
+    committer.decision_log.record(recorded)
+    transport.execute("job-0-0", InitProducerId(60_000, enable_2pc=True))  # someone aborts the decided one
+    replay = [prepare(transport, "job-0-1", 4, b"replay")]
+    with pytest.raises((TransactionLostError, TransactionOutcomeUnknownError)):
+        committer.settle(4, replay)
+    assert transport.model.open_transactions() == []

@@ -14,6 +14,7 @@ from kafka2pc import (
     BrokerUnavailableError,
     PreparedTxnState,
     ProducerFencedError,
+    TransactionAbortableError,
     TransactionLostError,
     TransactionOutcome,
     TransactionOutcomeUnknownError,
@@ -21,10 +22,10 @@ from kafka2pc import (
 )
 from kafka2pc import broker_errors as codes
 from kafka2pc.completion import Completion, Goal, Settled
-from kafka2pc.coordinator_messages import InitProducerId, ProducerIdentity
+from kafka2pc.coordinator_messages import EndTxn, InitProducerId, ProducerIdentity
 from kafka2pc.listing import IncompleteListingError
 from kafka2pc.producer_states import State
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction, RecoveryIncompleteError, recover
+from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction, RecoveryIncompleteError, recover
 from kafka2pc.transaction_control import TransactionControl
 from kafka2pc.transport import KafkaTransport
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
@@ -279,3 +280,53 @@ def test_review_8_a_stuck_decision_does_not_stop_the_rest_of_recovery(tmp_path):
     log.resolve(1, "lost by timeout; replayed upstream")
     assert recover(control, "job", log).stuck == ()
     assert transport.model.committed_records() == [b"job-1-0"]
+
+
+# -- second review -------------------------------------------------------------------------------------------------
+
+def test_review2_f3_aborting_a_bare_handle_never_hides_a_v1_commit_after_an_upgrade():
+    """A v1 transaction commits; the cluster moves to transaction.version=2; an abort of its bare "pid:epoch" must
+    not be sent as EndTxn v5 (accepted as an empty abort at the current epoch, it would read as "aborted")."""
+    transport = cluster(1)
+    p = producer(transport)
+    p.init_transactions()
+    p.begin_transaction()
+    p.produce("t", b"decided-row", partition=0)
+    state = p.prepare_transaction()
+    assert p.complete_transaction(state) is TransactionOutcome.COMMITTED
+    transport.model.transaction_version = 2
+    bare = PreparedTxnState.parse(str(state))
+    control = TransactionControl(transport, transaction_version=2)
+    try:
+        settled = control.abort(TXN_ID, bare)
+        assert settled.outcome is TransactionOutcome.COMMITTED
+    except TransactionOutcomeUnknownError:
+        pass  # also honest: under v1 it is its commit, under v2 it never ran
+    assert fate(transport, state) == "committed"
+    assert all(not (isinstance(c, EndTxn) and c.transaction_version == 2 and not c.commit) for c in transport.sent)
+
+
+def test_review2_f4_aborting_a_resumed_v1_transaction_fences_its_old_writer():
+    transport = cluster(1)
+    writer = producer(transport)
+    writer.init_transactions()
+    writer.begin_transaction()
+    writer.produce("t", b"part-1", partition=0)
+    writer.flush()
+    successor = producer(transport)
+    assert successor.init_transactions(keep_prepared_txn=True) is not None
+    assert successor.complete_transaction("") is TransactionOutcome.ABORTED  # nothing of it was decided
+    with pytest.raises((ProducerFencedError, TransactionAbortableError)):  # the old writer cannot reopen it
+        writer.produce("t", b"part-2", partition=1)
+        writer.flush()
+        writer.commit_transaction()
+    assert transport.model.committed_records() == []
+
+
+def test_review2_f7_a_lost_look_before_recording_decides_nothing_and_aborts_nothing(tmp_path):
+    transport = cluster(2)
+    offered = [PreparedTransaction(TXN_ID, prepared(transport, b"x"), 0, 1)]
+    transport.faults.failed_describes.append(True)
+    with pytest.raises(BrokerUnavailableError, match="nothing was recorded"):
+        Committer(TransactionControl(transport), FileDecisionLog(tmp_path, "app")).settle(1, offered)
+    assert transport.model.open_transactions()  # still open, to be decided by a retry

@@ -153,3 +153,21 @@ def test_empty_transactions_cannot_be_committed_or_aborted():
     for goal in (Goal.COMMIT, Goal.ABORT):
         with pytest.raises(ValueError, match="non-empty"):
             Completion("t", PreparedTxnState.empty(), goal, 2)
+
+
+def test_settle_all_keeps_going_when_the_concurrent_round_fails():
+    """Second review F9: an error of one transaction's round belongs to that transaction only."""
+    from kafka2pc.transaction_control import settle_all  # noqa: PLC0415
+
+    class Transport:
+        def execute_all(self, commands):
+            raise KafkaProtocolError("FindCoordinator", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 53)
+
+        def execute(self, txn_id, command):
+            if txn_id == "bad":
+                raise KafkaProtocolError("FindCoordinator", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 53)
+            return EndAnswer(codes.NONE)
+
+    good, bad = settle_all(Transport(), [commit(), Completion("bad", PreparedTxnState(7, 10, 2), Goal.COMMIT, 2)])
+    assert isinstance(good, Settled) and good.outcome is TransactionOutcome.COMMITTED
+    assert isinstance(bad, KafkaProtocolError)

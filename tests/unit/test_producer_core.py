@@ -306,3 +306,31 @@ def test_own_commit_answered_fenced_and_taken_over_is_fencing():
         exchange(core, step, EndTxn(ME, True, 2), EndAnswer(codes.PRODUCER_FENCED),
                  DescribeTransaction(), Described(ObservedTransaction("Empty", 5, 5)))
     assert core.name is State.FATAL_ERROR
+
+
+# -- second review -------------------------------------------------------------------------------------------------
+
+def test_a_bump_refused_for_any_other_reason_looks_again_and_never_starts_afresh():
+    """Second review F1: UNKNOWN_SERVER_ERROR (a bump at an exhausted epoch that another producer's init overtook)
+    must not lead to a fresh InitProducerId, which Kafka checks against nothing: a look finds the successor."""
+    core = core_in(Ready(V1, ProducerIdentity(5, 32765), bumps_due=1))
+    with pytest.raises(ProducerFencedError, match="no bump was sent"):
+        exchange(core, core.begin(), DescribeTransaction(), looked("CompleteCommit", 32765), bump(32765),
+                 InitAnswer(-1), DescribeTransaction(), looked("Empty", 32766))
+
+
+@pytest.mark.parametrize("code", [codes.NOT_COORDINATOR, codes.COORDINATOR_NOT_AVAILABLE,
+                                  codes.CONCURRENT_TRANSACTIONS])
+def test_a_bump_answered_busy_or_moved_is_in_doubt_and_looked_at(code):
+    """Second review F2: Kafka can answer these after it applied the bump; the producer looks before anything."""
+    core = core_in(Ready(V1, ME, bumps_due=1))
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteCommit", 3), bump(3), InitAnswer(code))
+    assert isinstance(step, DescribeTransaction)
+    assert exchange(core, step, DescribeTransaction(), looked("Empty", 4), bump(3),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 4))) == Done()
+
+
+def test_an_expired_id_is_never_initialised_afresh_by_a_bump():
+    core = core_in(Ready(V1, ME, bumps_due=1))
+    with pytest.raises(ProducerFencedError, match="expired"):
+        exchange(core, core.begin(), DescribeTransaction(), Described(None))

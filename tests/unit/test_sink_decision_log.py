@@ -138,3 +138,30 @@ def test_an_empty_transaction_recorded_by_an_older_release_is_skipped(tmp_path):
     body["transactions"].append({"transactional_id": "job-5-0", "state": "", "subtask": 5, "checkpoint": 2})
     path.write_text(json.dumps(body))
     assert log.decision(2).transactions == decision(2).transactions
+
+
+def test_two_committers_racing_to_record_one_checkpoint_never_both_win(tmp_path):
+    """Second review F6: a zombie driver and its replacement recording the same checkpoint: one record wins, the
+    other committer learns of it (DecisionConflictError), never a silent overwrite."""
+    import threading  # noqa: PLC0415
+
+    log = FileDecisionLog(tmp_path, "job")
+    mine = decision(9)
+    theirs = Decision(9, decision(9).transactions, {"attempt": "zombie"})
+    barrier, outcomes = threading.Barrier(2), []
+
+    def record(candidate):
+        barrier.wait()
+        try:
+            log.record(candidate)
+            outcomes.append("recorded")
+        except DecisionConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=record, args=(d,)) for d in (mine, theirs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert sorted(outcomes) == ["conflict", "recorded"]
+    assert log.decision(9) in (mine, theirs)

@@ -13,7 +13,7 @@ import attrs
 from kafka2pc import metrics
 from kafka2pc.completion import Settled
 from kafka2pc.coordinator_messages import ONGOING, Described, DescribeTransaction, ProducerIdentity
-from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError
+from kafka2pc.errors import BrokerUnavailableError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.transaction_control import TransactionControl
@@ -69,10 +69,12 @@ class Committer:
             # decided long ago (its record has been pruned): whatever is offered now is a replay's
             return Settlement(checkpoint, False, (), self._abort_others(offered, ()))
         if existing is not None:
+            # first the replay's own transactions (always right, and conditional), so they never linger even when
+            # the recorded decision cannot be completed
+            aborted = self._abort_others(offered, existing.transactions)
             if not self.decision_log.is_done(checkpoint):
                 self.roll_forward(existing)
-            return Settlement(checkpoint, False, existing.transactions,
-                              self._abort_others(offered, existing.transactions))
+            return Settlement(checkpoint, False, existing.transactions, aborted)
         self._check_pending(checkpoint, offered)
         decision = Decision(checkpoint, offered, metadata or {})
         started = time.monotonic()
@@ -88,7 +90,10 @@ class Committer:
         answers = execute_all(commands) if execute_all is not None else \
             [self.control.transport.execute(*c) for c in commands]
         for txn, answer in zip(offered, answers, strict=True):
-            observed = answer.observed if isinstance(answer, Described) else None
+            if not isinstance(answer, Described):  # no answer proves nothing: decide nothing, abort nothing
+                raise BrokerUnavailableError(f"checkpoint {checkpoint}: {txn.transactional_id!r} could not be looked "
+                                             f"at ({answer}); nothing was recorded")
+            observed = answer.observed
             if observed is None or observed.state != ONGOING or observed.identity != ProducerIdentity.of(txn.state):
                 self._abort_others(offered, ())
                 raise TransactionLostError(

@@ -101,6 +101,25 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def exclusive_write(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists, atomically (a hard link of a complete, fsynced temporary
+    file): of two writers racing, exactly one creates it. Returns whether this call created it."""
+    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
+
+
 class FileDecisionLog:
     """A decision log in a local folder: ``<checkpoint>.decision.json`` per decision and ``<checkpoint>.done`` when
     it is completed. Bound to one transactional-id prefix; a record of another prefix is a foreign record.
@@ -134,17 +153,18 @@ class FileDecisionLog:
         body = {"format": FORMAT, "prefix": self.grammar.prefix, "checkpoint": decision.checkpoint,
                 "transactions": [t.to_json() for t in decision.transactions], "metadata": dict(decision.metadata)}
         encoded = json.dumps(body, sort_keys=True).encode()
-        existing = self.decision(decision.checkpoint)
-        if existing is not None:
-            if self._decision_path(decision.checkpoint).read_bytes() == encoded:
+        path = self._decision_path(decision.checkpoint)
+        if not path.exists():
+            last = self.last_checkpoint()
+            if last is not None and decision.checkpoint < last:
+                raise DecisionConflictError(f"checkpoint {decision.checkpoint} is below the last recorded checkpoint "
+                                            f"{last} in {self.directory}: checkpoints never go back")
+            if exclusive_write(path, encoded):
                 return
+        self.decision(decision.checkpoint)  # a corrupt record raises here
+        if path.read_bytes() != encoded:
             raise DecisionConflictError(f"checkpoint {decision.checkpoint} is already recorded in {self.directory} "
                                         "with another decision; a recorded decision is never replaced")
-        last = self.last_checkpoint()
-        if last is not None and decision.checkpoint < last:
-            raise DecisionConflictError(f"checkpoint {decision.checkpoint} is below the last recorded checkpoint "
-                                        f"{last} in {self.directory}: checkpoints never go back")
-        atomic_write(self._decision_path(decision.checkpoint), encoded)
 
     def mark_done(self, checkpoint: int) -> None:
         if not self._decision_path(checkpoint).exists():

@@ -68,7 +68,8 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
     return aborted
 
 
-def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog) -> RecoveryReport:
+def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog, *,
+            report_known: bool = True) -> RecoveryReport:
     """Complete what was decided, abort what was not, and report the ids the prefix has on the brokers.
 
     Reads every undone decision first: a corrupt or foreign record raises
@@ -76,6 +77,7 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog)
     completed (a transaction lost, or its fate unknown) does not stop the rest: the other decisions are rolled
     forward and LISTING runs (keeping every id of an undone decision), then :class:`RecoveryIncompleteError` says
     which checkpoints are stuck and why, until an operator resolves them (``kafka2pc recover --resolve``).
+    ``report_known=False`` skips listing the prefix's ids (for engines that do not pool them across restarts).
     """
     started = time.monotonic()
     grammar = TransactionalIdGrammar(prefix)
@@ -95,7 +97,7 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog)
         rolled.append(decision.checkpoint)
     aborted = abort_open_transactions(control, grammar, keep)
     known = [listing.transactional_id for listing in control.list(pattern=f"^{grammar.pattern}$")
-             if grammar.owns(listing.transactional_id)]
+             if grammar.owns(listing.transactional_id)] if report_known else []
     rolled_ids = {t.transactional_id for d in undone if d.checkpoint in rolled for t in d.transactions}
     report = RecoveryReport(tuple(rolled), tuple(sorted(rolled_ids)), tuple(aborted), tuple(known),
                             time.monotonic() - started, tuple(sorted(stuck)))
