@@ -37,6 +37,7 @@ class _OpenBatch:
     size: int
     base_timestamp: int
     max_timestamp: int
+    limit: int
 
 
 class RecordAccumulator:
@@ -51,17 +52,23 @@ class RecordAccumulator:
         self._closed: dict[TopicPartition, deque[Batch]] = {}
         self.buffered_bytes = 0
         self.buffered_records = 0
+        #: closed batches waiting to be sent
+        self.waiting = 0
+
+    def _new_open(self, tp: TopicPartition, timestamp: int) -> _OpenBatch:
+        current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp, self.limit(tp[0]))
+        return current
 
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Sequence[Header] | None,
                timestamp: int) -> None:
         """Add one record."""
         current = self._open.get(tp)
         if current is None:
-            current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
+            current = self._new_open(tp, timestamp)
         record = encode_record(current.count, timestamp - current.base_timestamp, key, value, headers)
-        if current.count and current.size + len(record) > self.limit(tp[0]):
+        if current.count and current.size + len(record) > current.limit:
             self._close(tp)
-            current = self._open[tp] = _OpenBatch([], 0, 0, timestamp, timestamp)
+            current = self._new_open(tp, timestamp)
             record = encode_record(0, 0, key, value, headers)
         current.parts.append(record)
         current.count += 1
@@ -91,6 +98,7 @@ class RecordAccumulator:
             records = encode_values(values[start:end], chunk_keys)
             self._closed.setdefault(tp, deque()).append(
                 Batch(tp[0], tp[1], records, end - start, timestamp, timestamp))
+            self.waiting += 1
             self.buffered_bytes += len(records)
             self.buffered_records += end - start
             start = end
@@ -105,10 +113,11 @@ class RecordAccumulator:
         current = self._open.pop(tp)
         self._closed.setdefault(tp, deque()).append(Batch(
             tp[0], tp[1], b"".join(current.parts), current.count, current.base_timestamp, current.max_timestamp))
+        self.waiting += 1
 
     def full_batches(self) -> int:
         """How many batches are closed and waiting."""
-        return sum(len(q) for q in self._closed.values())
+        return self.waiting
 
     def drain(self, *, include_open: bool, exclude: Collection[TopicPartition] = ()) -> list[Batch]:
         """Take the oldest waiting batch of every partition not in ``exclude`` (closing open ones if asked)."""
@@ -120,6 +129,7 @@ class RecordAccumulator:
         for tp, queue in self._closed.items():
             if queue and tp not in exclude:
                 batch = queue.popleft()
+                self.waiting -= 1
                 taken.append(batch)
                 self.buffered_bytes -= len(batch.records)
                 self.buffered_records -= batch.count
@@ -128,6 +138,7 @@ class RecordAccumulator:
     def requeue_front(self, batch: Batch) -> None:
         """Put a batch that must be retried back at the head of its partition's queue."""
         self._closed.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+        self.waiting += 1
         self.buffered_bytes += len(batch.records)
         self.buffered_records += batch.count
 
@@ -145,3 +156,4 @@ class RecordAccumulator:
         self._closed.clear()
         self.buffered_bytes = 0
         self.buffered_records = 0
+        self.waiting = 0

@@ -165,13 +165,18 @@ class TwoPhaseProducer:
         A record larger than ``max.request.size`` or its topic's ``max.message.bytes`` raises
         :class:`~kafka2pc.errors.RecordTooLargeError` and is not added; the transaction is unaffected."""
         self._core.open_transaction()
-        value, key = as_bytes("value", value), as_bytes("key", key)
-        header_list = as_headers(headers)
+        if value.__class__ is not bytes or (key is not None and key.__class__ is not bytes):
+            value, key = as_bytes("value", value), as_bytes("key", key)
+        header_list = as_headers(headers) if headers is not None else None
         if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
             raise TypeError(f"timestamp must be int milliseconds or None, got {type(timestamp).__name__}")
-        with self._sending():
+        try:  # not the _sending() context manager: this runs once per record
             self._sender.append(topic, value, key, partition, headers=header_list,
                                 timestamp=timestamp if timestamp is not None else _now_ms())
+        except (ProducerFencedError, AuthorizationError) as exc:
+            self._core.fatal(exc)
+        except TransactionAbortableError as exc:
+            self._core.abortable(exc)
 
     def produce_batch(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None] | None = None,
                       partition: int | None = None) -> None:

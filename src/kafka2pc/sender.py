@@ -65,6 +65,7 @@ class RecordSender:
         self._before_send: Callable[[set[TopicPartition]], None] = lambda partitions: None
         self._sequences: dict[TopicPartition, int] = {}
         self._leaders: dict[str, dict[int, int]] = {}
+        self._counts: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._sticky: dict[str, tuple[int, int]] = {}
         self._round: _Round | None = None
@@ -90,6 +91,10 @@ class RecordSender:
             leaders = self._leaders[topic] = self._transport.partition_leaders(topic)
         return leaders
 
+    def _count(self, topic: str) -> int:
+        count = self._counts[topic] = len(self._partitions(topic))
+        return count
+
     def _limit(self, topic: str) -> int:
         """The largest record batch ``topic`` takes: max.request.size, or the topic's max.message.bytes if lower."""
         limit = self._limits.get(topic)
@@ -108,10 +113,16 @@ class RecordSender:
 
     def choose_partition(self, topic: str, partition: int | None, key: bytes | None, size: int) -> int:
         """Kafka's choice: the given partition, the key's partition, or a sticky one for unkeyed records."""
-        count = len(self._partitions(topic))
+        count = self._counts.get(topic) or self._count(topic)
         if partition is not None:
-            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
-                raise ValueError(f"partition {partition!r} does not exist: topic {topic!r} has {count} partitions")
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise ValueError(f"partition must be an int, got {partition!r}")
+            if not 0 <= partition < count:
+                self._leaders.pop(topic, None)  # partitions may have been added since
+                count = self._count(topic)
+                if not 0 <= partition < count:
+                    raise ValueError(f"partition {partition!r} does not exist: topic {topic!r} has {count} "
+                                     "partitions")
             return partition
         if key is not None:
             return key_partition(key, count)
@@ -124,8 +135,11 @@ class RecordSender:
     def append(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None, *,
                headers: Sequence[Header] | None, timestamp: int) -> None:
         """Buffer one record (sent when a batch fills or ``linger.ms`` has passed)."""
-        self._check_size(topic, record_size_bound(key, value, headers))
-        tp = (topic, self.choose_partition(topic, partition, key, len(value or b"")))
+        size = len(value) if value is not None else 0
+        bound = BATCH_OVERHEAD + RECORD_FRAME_BOUND + size + (len(key) if key is not None else 0)
+        if headers or bound > (self._limits.get(topic) or self._limit(topic)):
+            self._check_size(topic, record_size_bound(key, value, headers))
+        tp = (topic, self.choose_partition(topic, partition, key, size))
         self._accumulator.append(tp, key, value, headers, timestamp)
         self._after_append()
 
