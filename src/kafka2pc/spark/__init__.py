@@ -1,0 +1,18 @@
+"""kafka2pc's PySpark data source: ``df.writeStream.format("kafka2pc")`` and ``df.write.format("kafka2pc")``.
+
+Installed with ``pip install kafka2pc[spark]``, it is registered automatically (the ``pyspark_kafka2pc`` module);
+:func:`register` registers it explicitly. docs/spark.md has the options, guarantees and failure matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka2pc.spark.source import Kafka2pcDataSource
+
+__all__ = ["Kafka2pcDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``kafka2pc`` format with a SparkSession."""
+    spark.dataSource.register(Kafka2pcDataSource)

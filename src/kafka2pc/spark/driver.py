@@ -1,0 +1,153 @@
+"""The driver's side of the sink: clean up before a batch's tasks run, decide and complete when they are done.
+
+Everything runs in Spark's driver-side Python workers, which keep nothing between calls: all that must be remembered
+is in the checkpoint (:mod:`kafka2pc.spark.state`) or on the brokers. The 2PC logic itself is the sink core's
+(:class:`~kafka2pc.sink.Committer`, :func:`~kafka2pc.sink.recover`): this module only maps Spark's calls onto it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from kafka2pc import metrics
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.sink.committer import Committer, Settlement
+from kafka2pc.sink.decision_log import FileDecisionLog
+from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.sink.prepared import PreparedTransaction
+from kafka2pc.sink.recovery import abort_open_transactions, recover
+from kafka2pc.spark.columns import Columns
+from kafka2pc.spark.options import SinkOptions
+from kafka2pc.spark.state import SinkState, SinkStore
+from kafka2pc.spark.task import TaskMessage, TaskPlan, shared_client
+from kafka2pc.transaction_control import TransactionControl
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Timings:
+    """Where the driver's time of one batch went (seconds)."""
+
+    check_and_record: float
+    complete: float
+    cleanup: float
+
+
+class SinkDriver:
+    """The driver-side operations for one query (or one batch write) and its checkpoint."""
+
+    def __init__(self, options: SinkOptions):
+        self.options = options
+        self.store = SinkStore(options.checkpoint_location)
+        self._client: ClusterClient | None = None
+        self._state: SinkState | None = None
+
+    @property
+    def client(self) -> ClusterClient:
+        """The driver worker's client (shared across calls in one worker process)."""
+        if self._client is None:
+            self._client = shared_client(self.options.producer_config)
+        return self._client
+
+    @property
+    def control(self) -> TransactionControl:
+        """Coordinator operations over the driver's client."""
+        return TransactionControl(self.client)
+
+    @property
+    def state(self) -> SinkState:
+        """The checkpoint's sink state (pinned on the first run)."""
+        if self._state is None:
+            self._state = self.store.open(self.options.prefix, self.control)
+        return self._state
+
+    @property
+    def decision_log(self) -> FileDecisionLog:
+        """The query's decision log."""
+        return self.store.decision_log(self.state.prefix)
+
+    def plan(self, columns: Columns, *, streaming: bool) -> TaskPlan:
+        """Before the tasks of a batch run: complete what a crashed run decided, abort everything else open under
+        the prefix (no task of this batch has started; earlier ones are done or lost), and say what tasks need."""
+        log_ = self.decision_log
+        recover(self.control, self.state.prefix, log_, report_known=False)
+        checkpoint = None if streaming else (log_.last_checkpoint() or 0) + 1
+        return TaskPlan(self.options.producer_config, self.state.prefix, self.options.naming,
+                        self.options.two_phase_commit, self.options.topic, columns, checkpoint)
+
+    def commit(self, messages: Sequence[TaskMessage | None], checkpoint: int) -> tuple[Settlement, Timings]:
+        """Decide ``checkpoint`` with the authorized attempts' transactions (the record is the commit point), commit
+        them, then abort every other transaction open under the prefix (attempts that lost, zombies)."""
+        offered = _prepared(messages, checkpoint)
+        self._announce_fallback(messages)
+        started = time.monotonic()
+        metadata = {"attempts": [[m.partition, m.attempt, m.task_attempt_id] for m in messages if m is not None],
+                    "records": sum(m.records for m in messages if m is not None),
+                    "two_phase_active": all(m.two_phase_active for m in messages if m is not None)}
+        settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
+        settled = time.monotonic()
+        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix))
+        if not settlement.decided_now:
+            log.info("checkpoint %d was already decided (a replay): %d transaction(s) of this run aborted",
+                     checkpoint, len(settlement.aborted))
+        check_and_record = settlement.record_seconds
+        timings = Timings(check_and_record, settled - started - check_and_record, time.monotonic() - settled)
+        return settlement, timings
+
+    def abort(self, messages: Sequence[TaskMessage | None], checkpoint: int | None) -> None:
+        """Spark gave up on the batch (it failed, or the query is stopping): abort its transactions, and every other
+        one open under the prefix (attempts cancelled mid-write report nothing) — unless the batch is decided, in
+        which case nothing is touched (the next run, or ``kafka2pc recover``, completes it)."""
+        log_ = self.decision_log
+        if checkpoint is not None and log_.decision(checkpoint) is not None:
+            log.warning("checkpoint %d is decided: not aborting it; the next run completes it", checkpoint)
+            return
+        offered = _prepared(messages, checkpoint)
+        results = self.control.abort_all([(t.transactional_id, t.state) for t in offered])
+        for txn, result in zip(offered, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("could not abort %s of %r: %s (the next planning aborts it)", txn.state,
+                            txn.transactional_id, result)
+        keep = {t.transactional_id for d in log_.undone() for t in d.transactions}
+        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
+
+    def _announce_fallback(self, messages: Sequence[TaskMessage | None]) -> None:
+        if all(m.two_phase_active for m in messages if m is not None) or not self.options.two_phase_commit:
+            return
+        metrics.TWO_PHASE_FALLBACKS.inc()
+        state = self.state
+        if not state.fallback_announced:
+            log.warning("kafka2pc sink %r: two-phase commit is NOT active on this cluster: prepared transactions "
+                        "are bounded by the broker's transaction.max.timeout.ms; a batch whose commit comes later "
+                        "is lost (reported, never silent). Run `kafka2pc doctor` for the broker settings.",
+                        state.prefix)
+            self._state = attrs.evolve(state, fallback_announced=True)
+            self.store.save(self._state)
+
+
+def _prepared(messages: Sequence[TaskMessage | None], checkpoint: int | None) -> list[PreparedTransaction]:
+    prepared = []
+    for message in messages:
+        if message is None or not message.state:
+            continue  # an unfinished task, or an empty partition: nothing handed over
+        if checkpoint is not None and message.checkpoint != checkpoint:
+            raise ValueError(f"a message of checkpoint {message.checkpoint} offered for checkpoint {checkpoint}")
+        state = PreparedTxnState.parse(message.state, transaction_version=message.transaction_version)
+        prepared.append(PreparedTransaction(message.transactional_id, state, message.partition,
+                                            message.checkpoint))
+    return prepared
+
+
+def batch_checkpoint(messages: Sequence[Any]) -> int | None:
+    """The checkpoint a batch write's messages name (all the same), None when no task reported."""
+    numbers = {m.checkpoint for m in messages if m is not None}
+    if len(numbers) > 1:
+        raise ValueError(f"messages of several checkpoints in one batch write: {sorted(numbers)}")
+    return numbers.pop() if numbers else None

@@ -1,0 +1,108 @@
+"""The options of the ``kafka2pc`` Spark data source: Spark's Kafka sink's names, plus the 2PC ones, validated on the
+driver before anything is written. Spark passes option keys lower-cased."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlparse
+
+import attrs
+
+from kafka2pc.errors import ConfigError
+from kafka2pc.producer_config import ProducerConfig
+from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+
+KAFKA_PREFIX = "kafka."
+#: options Spark's Kafka sink has, or kafka2pc adds (lower-cased, as Spark passes them)
+SINK_OPTIONS = frozenset({"topic", "checkpointlocation", "transactionalidprefix", "transactionnamingstrategy",
+                          "twophasecommit", "includeheaders"})
+#: producer settings kafka2pc chooses itself: the sink names its transactional ids
+_RESERVED = frozenset({"transactional.id"})
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(key, f"expected true or false, got {value!r}")
+
+
+def local_path(key: str, location: str) -> str:
+    """A checkpoint location as a local path: ``/a/b`` or ``file:/a/b``; other schemes are refused (the decision log
+    is written with Python's file APIs, durably, by the driver)."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme else location
+        if not path:
+            raise ConfigError(key, f"{location!r} is not a path")
+        return os.path.abspath(path)
+    raise ConfigError(key, f"{location!r}: only local paths (or file: URIs) are supported, not {parsed.scheme}:")
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@attrs.frozen
+class SinkOptions:
+    """Validated options. ``producer_config`` holds the ``kafka.*`` settings with the prefix stripped (Kafka's dotted
+    names), ready for :class:`~kafka2pc.TwoPhaseProducer`."""
+
+    producer_config: Mapping[str, Any] = attrs.field(converter=_frozen)
+    checkpoint_location: str
+    topic: str | None = None
+    prefix: str | None = None
+    naming: TransactionNamingStrategy = TransactionNamingStrategy.POOLING
+    two_phase_commit: bool = True
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
+        """Validate Spark's options; a ConfigError names the first bad or unknown one."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        if opts.get("asyncprogresstrackingenabled", "false").strip().lower() in _TRUE:
+            raise ConfigError("asyncProgressTrackingEnabled", "exactly-once needs the offsets written before the batch "
+                                                              "runs; async progress tracking writes them after it")
+        opts.pop("asyncprogresstrackingenabled", None)
+        producer: dict[str, Any] = {}
+        for key, value in opts.items():
+            if key.startswith(KAFKA_PREFIX):
+                name = key[len(KAFKA_PREFIX):]
+                if name in _RESERVED:
+                    raise ConfigError(key, "is chosen by the sink (see transactionalIdPrefix)")
+                producer[name] = value
+            elif key not in SINK_OPTIONS:
+                raise ConfigError(key, "unknown option of the kafka2pc sink (Kafka client settings take the "
+                                       "'kafka.' prefix, e.g. kafka.bootstrap.servers)")
+        if "bootstrap.servers" not in producer:
+            raise ConfigError("kafka.bootstrap.servers", "is required")
+        # the producer's own validation names a bad key (with the Spark prefix restored below)
+        try:
+            ProducerConfig.from_dict({**producer, "transactional.id": "x"}, two_phase_commit=True)
+        except ConfigError as exc:
+            raise ConfigError(KAFKA_PREFIX + exc.key, str(exc).split(": ", 1)[-1]) from exc
+        location = opts.get("checkpointlocation")
+        if not location:
+            what = "the query" if streaming else "the write"
+            raise ConfigError("checkpointLocation", f"is required: {what}'s decisions are recorded there (pass it "
+                                                    "with .option('checkpointLocation', ...); a location derived "
+                                                    "from spark.sql.streaming.checkpointLocation is not passed to "
+                                                    "sinks)")
+        prefix = opts.get("transactionalidprefix")
+        if prefix is not None:
+            TransactionalIdGrammar(prefix)
+        naming_text = opts.get("transactionnamingstrategy", "pooling").strip().lower()
+        try:
+            naming = TransactionNamingStrategy(naming_text)
+        except ValueError:
+            raise ConfigError("transactionNamingStrategy", f"expected pooling or incrementing, got "
+                                                           f"{naming_text!r}") from None
+        return cls(producer_config=producer, checkpoint_location=local_path("checkpointLocation", location),
+                   topic=opts.get("topic") or None, prefix=prefix, naming=naming,
+                   two_phase_commit=_bool("twoPhaseCommit", opts.get("twophasecommit", "true")))
+

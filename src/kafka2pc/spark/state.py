@@ -1,0 +1,98 @@
+"""The sink's own state under the query's checkpoint location: its transactional-id prefix and the decision log.
+
+``<checkpointLocation>/kafka2pc/sink.json`` pins the prefix on the first run (generated unless one is given; an
+explicit one must match what the checkpoint holds, and may not already have transactional ids on the cluster);
+``<checkpointLocation>/kafka2pc/decisions/`` is the :class:`~kafka2pc.sink.FileDecisionLog`, whose records are the
+commit points of the query's batches."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import attrs
+
+from kafka2pc.errors import ConfigError
+from kafka2pc.sink.decision_log import DecisionLogCorruptError, FileDecisionLog, atomic_write
+from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.transaction_control import TransactionControl
+
+FORMAT = "kafka2pc.spark/1"
+SINK_DIRECTORY = "kafka2pc"
+#: done decisions kept for audits (a replay only ever concerns the last batch)
+RETAIN_DONE = 100
+
+
+@attrs.frozen
+class SinkState:
+    """What the checkpoint pins for the sink."""
+
+    prefix: str
+    query_id: str | None = None
+    #: set once the fallback to timeout-bound transactions was announced, so it is announced once
+    fallback_announced: bool = False
+
+
+class SinkStore:
+    """The sink's files under a checkpoint location (a local path)."""
+
+    def __init__(self, checkpoint_location: str):
+        self.checkpoint = Path(checkpoint_location)
+        self.directory = self.checkpoint / SINK_DIRECTORY
+
+    @property
+    def state_file(self) -> Path:
+        """sink.json."""
+        return self.directory / "sink.json"
+
+    def load(self) -> SinkState | None:
+        """The pinned state, or None on the first run."""
+        if not self.state_file.exists():
+            return None
+        try:
+            body = json.loads(self.state_file.read_text())
+            if body.get("format") != FORMAT:
+                raise ValueError(f"format {body.get('format')!r}")
+            return SinkState(body["prefix"], body.get("query_id"), bool(body.get("fallback_announced", False)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DecisionLogCorruptError(f"{self.state_file}: unreadable sink state ({exc})") from exc
+
+    def save(self, state: SinkState) -> None:
+        """Write sink.json atomically."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        body = {"format": FORMAT, **attrs.asdict(state)}
+        atomic_write(self.state_file, json.dumps(body, sort_keys=True).encode())
+
+    def decision_log(self, prefix: str) -> FileDecisionLog:
+        """The query's decision log."""
+        return FileDecisionLog(self.directory / "decisions", prefix, retain_done=RETAIN_DONE)
+
+    def query_id(self) -> str | None:
+        """Spark's persistent query id, from the checkpoint's ``metadata`` file (streaming queries)."""
+        try:
+            return str(json.loads((self.checkpoint / "metadata").read_text().splitlines()[0])["id"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return None
+
+    def open(self, requested_prefix: str | None, control: TransactionControl) -> SinkState:
+        """The state of this checkpoint: pinned on the first run, checked against the options on later ones."""
+        state = self.load()
+        if state is not None:
+            if requested_prefix is not None and requested_prefix != state.prefix:
+                raise ConfigError("transactionalIdPrefix", f"{requested_prefix!r} differs from {state.prefix!r}, "
+                                                           f"which the checkpoint {self.checkpoint} holds: a query "
+                                                           "keeps its prefix (see docs/spark.md, changing the prefix)")
+            return state
+        prefix = requested_prefix or f"kafka2pc-{uuid.uuid4().hex[:12]}"
+        grammar = TransactionalIdGrammar(prefix)
+        in_use = [t.transactional_id for t in control.list(pattern=f"^{grammar.pattern}$")
+                  if grammar.owns(t.transactional_id)]
+        if in_use:
+            raise ConfigError("transactionalIdPrefix", f"{prefix!r} already has {len(in_use)} transactional ids on "
+                                                       f"the cluster (e.g. {in_use[0]!r}): another query's checkpoint "
+                                                       "uses it; two queries sharing a prefix would abort each "
+                                                       "other's transactions")
+        state = SinkState(prefix, self.query_id())
+        self.save(state)
+        return state

@@ -1,0 +1,148 @@
+"""What one Spark task attempt does on an executor: write its partition's rows in one transaction on its own
+transactional id, prepare it, and hand the prepared state to the driver in its commit message."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.config import ClientConfig
+from kafka2pc.coordinator_messages import IN_FLUX, ONGOING
+from kafka2pc.errors import Kafka2pcError
+from kafka2pc.producer import TwoPhaseProducer
+from kafka2pc.producer_config import PRODUCER_KEYS
+from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.spark.columns import Columns, RecordBatch, records
+from kafka2pc.spark.ids import counter
+from kafka2pc.transaction_control import TransactionControl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+#: a Python worker runs many tasks: they share connections to the cluster
+_CLIENTS: dict[tuple[tuple[str, str], ...], ClusterClient] = {}
+#: how long a task waits for the id's previous transaction to finish writing its markers
+_SETTLE_S = 10.0
+
+
+class IdInUseError(Kafka2pcError):
+    """The transactional id this attempt would write with has an open transaction of another attempt: this attempt
+    stops without touching it, and Spark retries the task under the next attempt number (another id)."""
+
+
+@attrs.frozen
+class TaskPlan:
+    """What every task of one write needs, shipped to executors inside the pickled writer."""
+
+    producer_config: Mapping[str, Any]
+    prefix: str
+    naming: TransactionNamingStrategy
+    two_phase_commit: bool
+    topic: str | None
+    columns: Columns
+    #: batch writes: the checkpoint number the driver assigned; streaming: None (the batch id is the checkpoint)
+    checkpoint: int | None
+
+
+@attrs.frozen
+class TaskMessage:
+    """What a task attempt hands to the driver (inside a pyspark ``WriterCommitMessage``)."""
+
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    checkpoint: int
+    transactional_id: str
+    #: ``"pid:epoch"``, or ``""`` when the partition had no rows (nothing is handed over)
+    state: str
+    transaction_version: int | None
+    records: int
+    two_phase_active: bool
+
+
+def shared_client(config: Mapping[str, Any]) -> ClusterClient:
+    """The worker's client for a cluster (created on first use)."""
+    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS))
+    return client
+
+
+def _wait_until_free(control: TransactionControl, transactional_id: str) -> None:
+    """Refuse to start on an id with an open transaction (it belongs to another live attempt, or to one the next
+    planning cleans up); wait, bounded, for an ending one to write its markers."""
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        observed = control.describe(transactional_id)
+        if observed is None or (observed.state not in IN_FLUX and observed.state != ONGOING):
+            return
+        if observed.state == ONGOING or time.monotonic() > deadline:
+            raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({observed}); this "
+                               "attempt leaves it alone and stops, to be retried on another id")
+        time.sleep(0.05)
+
+
+def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMessage:
+    """Write the rows of this task's partition in one transaction and prepare it; abort it on any failure."""
+    from pyspark import TaskContext  # noqa: PLC0415 - executors only
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("write_partition runs in a Spark task")
+    partition, attempt = context.partitionId(), context.attemptNumber()
+    checkpoint = plan.checkpoint
+    if checkpoint is None:
+        checkpoint = int(context.getLocalProperty("streaming.sql.batchId") or 0)
+    transactional_id = TransactionalIdGrammar(plan.prefix).format(partition,
+                                                                  counter(plan.naming, checkpoint, attempt))
+    producer: TwoPhaseProducer | None = None
+    written = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if producer is None:
+                producer = _open(plan, transactional_id)
+            for item in records(batch, plan.columns, plan.topic):
+                if isinstance(item, RecordBatch):
+                    producer.produce_batch(item.topic, item.values, item.keys)
+                else:
+                    producer.produce(item.topic, item.value, item.key, item.partition, item.headers)
+            written += batch.num_rows
+        state = producer.prepare_transaction() if producer is not None else None
+    except BaseException:
+        if producer is not None:
+            _abort_quietly(producer)
+        raise
+    if producer is not None:
+        producer.close()  # the prepared transaction stays open on the broker for the driver's decision
+    return TaskMessage(partition, attempt, context.taskAttemptId(), checkpoint, transactional_id,
+                       str(state) if state is not None else "", state.transaction_version if state else None,
+                       written, producer.two_phase_commit_active if producer is not None else plan.two_phase_commit)
+
+
+def _open(plan: TaskPlan, transactional_id: str) -> TwoPhaseProducer:
+    client = shared_client(plan.producer_config)
+    _wait_until_free(TransactionControl(client), transactional_id)
+    producer = TwoPhaseProducer({**plan.producer_config, "transactional.id": transactional_id},
+                                two_phase_commit=plan.two_phase_commit, cluster=client)
+    producer.init_transactions()
+    producer.begin_transaction()
+    return producer
+
+
+def _abort_quietly(producer: TwoPhaseProducer) -> None:
+    try:
+        producer.abort_transaction()
+    except Exception as exc:  # the driver's cleanup (LISTING) aborts what this could not
+        log.warning("could not abort the transaction of %r: %s", producer.transactional_id, exc)
+    finally:
+        producer.close()

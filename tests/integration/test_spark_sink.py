@@ -1,0 +1,273 @@
+"""The kafka2pc data source in real PySpark (local[2]) against a real Kafka 4.4.0 broker: exactly-once streaming and
+batch writes, replays, empty partitions, and the errors it gives before anything is written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.taskcontext import TaskContext  # noqa: E402
+
+from kafka2pc import TransactionNamingStrategy  # noqa: E402
+from kafka2pc.audit import RecordDecoder, audit_topic  # noqa: E402
+from kafka2pc.cli import main as cli_main  # noqa: E402
+from kafka2pc.cluster_client import ClusterClient  # noqa: E402
+from kafka2pc.config import ClientConfig  # noqa: E402
+from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar  # noqa: E402
+from kafka2pc.spark.columns import Columns  # noqa: E402
+from kafka2pc.spark.state import SinkStore  # noqa: E402
+from kafka2pc.spark.task import IdInUseError, TaskPlan, write_partition  # noqa: E402
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl  # noqa: E402
+
+pytestmark = pytest.mark.integration
+ROWS_PER_BATCH = 200
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("kafka2pc-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+               .config("spark.sql.streaming.stopTimeout", "30s").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def audit(bootstrap: str, topic: str, expected: int) -> dict:
+    """``kafka2pc audit``'s figures for ``topic``, ids expected to be exactly 0 .. expected - 1."""
+    report = audit_topic({"bootstrap.servers": bootstrap}, topic, RecordDecoder(id_field="id"),
+                         expect_range=(0, expected - 1))
+    return report.to_json_dict()
+
+
+def open_transactions(bootstrap: str, prefix: str) -> list[str]:
+    grammar = TransactionalIdGrammar(prefix)
+    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
+        deadline = time.monotonic() + 10
+        while True:  # markers of just-ended transactions take a moment
+            listed = [t for t in TransactionControl(client).list(states=OPEN_STATES)
+                      if grammar.owns(t.transactional_id)]
+            if all(t.state == "Ongoing" for t in listed) or time.monotonic() > deadline:
+                return [t.transactional_id for t in listed]
+            time.sleep(0.1)
+
+
+def settle_after_stop(spark, bootstrap: str, checkpoint: Path) -> None:
+    """A query stopped mid-batch leaves that batch's transactions to the next run (or ``kafka2pc recover``), once
+    its cancelled tasks are gone."""
+    tracker, deadline = spark.sparkContext.statusTracker(), time.monotonic() + 60
+    while (tracker.getActiveJobsIds() or tracker.getActiveStageIds()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cli_main(["recover", "--bootstrap", bootstrap, "--checkpoint-location", str(checkpoint)]) == 0
+
+
+def run_batches(spark, bootstrap: str, topic: str, checkpoint: Path, batches: int, **options):
+    """rate-micro-batch rows (ids 0, 1, 2 ... by batch) into kafka2pc until ``batches`` batches have committed."""
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH)
+          .option("numPartitions", 2).load()
+          .selectExpr("CAST(value AS STRING) AS key", "to_json(named_struct('id', value)) AS value"))
+    writer = (df.writeStream.format("kafka2pc").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("checkpointLocation", str(checkpoint)))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.start()
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:
+            progress = query.lastProgress
+            if query.exception() is not None:
+                raise AssertionError(f"query failed: {query.exception()}")
+            if progress is not None and progress["batchId"] >= batches - 1 and progress["numInputRows"] >= 0:
+                committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+                if committed and committed[-1] >= batches - 1:
+                    return query
+            time.sleep(0.2)
+        raise AssertionError("the query did not reach its batches in time")
+    finally:
+        query.stop()
+
+
+def sink_prefix(checkpoint: Path) -> str:
+    state = SinkStore(str(checkpoint)).load()
+    assert state is not None
+    return state.prefix
+
+
+def test_streaming_writes_every_row_exactly_once(spark, kafka, topic_factory, tmp_path):
+    topic = topic_factory(kafka, partitions=3)
+    checkpoint = tmp_path / "ck"
+    run_batches(spark, kafka.bootstrap_servers, topic, checkpoint, batches=4)
+    settle_after_stop(spark, kafka.bootstrap_servers, checkpoint)
+    committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    report = audit(kafka.bootstrap_servers, topic, ROWS_PER_BATCH * (committed[-1] + 1))
+    assert (report["duplicates"], report["gaps"], report["lso_pinned"], report["clean"]) == (0, 0, [], True)
+    prefix = sink_prefix(checkpoint)
+    assert open_transactions(kafka.bootstrap_servers, prefix) == []
+    log = FileDecisionLog(checkpoint / "kafka2pc" / "decisions", prefix)
+    assert log.undone() == [] and log.last_checkpoint() == committed[-1]
+
+
+def test_a_replayed_batch_is_not_written_twice(spark, kafka, topic_factory, tmp_path):
+    """A driver that died after the sink committed batch N but before Spark wrote commits/N: Spark runs batch N
+    again with the same rows. The sink finds N decided and aborts the replay's transactions."""
+    topic = topic_factory(kafka, partitions=2)
+    checkpoint = tmp_path / "ck"
+    run_batches(spark, kafka.bootstrap_servers, topic, checkpoint, batches=3)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    # as if the driver died right after the sink's commit of batch `last`: its commits entry is missing, and no
+    # later batch was planned (offsets log ends at `last`)
+    for log_dir, first in (("commits", last), ("offsets", last + 1)):
+        for entry in (checkpoint / log_dir).iterdir():
+            number = entry.name.strip(".").split(".")[0]
+            if number.isdigit() and int(number) >= first:
+                entry.unlink()
+    decided = FileDecisionLog(checkpoint / "kafka2pc" / "decisions", sink_prefix(checkpoint)).decision(last)
+    run_batches(spark, kafka.bootstrap_servers, topic, checkpoint, batches=last + 2)
+    settle_after_stop(spark, kafka.bootstrap_servers, checkpoint)
+    assert (checkpoint / "commits" / str(last)).exists()  # Spark ran batch `last` again, and committed it
+    log = FileDecisionLog(checkpoint / "kafka2pc" / "decisions", sink_prefix(checkpoint))
+    assert log.decision(last) == decided  # the first decision stands: the replay's transactions were aborted
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    report = audit(kafka.bootstrap_servers, topic, ROWS_PER_BATCH * (committed + 1))
+    assert (report["duplicates"], report["gaps"], report["clean"]) == (0, 0, True)
+    assert open_transactions(kafka.bootstrap_servers, sink_prefix(checkpoint)) == []
+
+
+def test_batch_write_commits_all_rows_once_and_empty_partitions_hand_over_nothing(spark, kafka, topic_factory,
+                                                                                     tmp_path):
+    topic = topic_factory(kafka, partitions=2)
+    checkpoint = tmp_path / "ck"
+    df = spark.range(0, 6, numPartitions=8).selectExpr("to_json(named_struct('id', id)) AS value")  # 2 empty
+    df.write.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+        .option("topic", topic).option("checkpointLocation", str(checkpoint)).mode("append").save()
+    more = spark.range(6, 1000, numPartitions=3).selectExpr("to_json(named_struct('id', id)) AS value")
+    more.write.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+        .option("topic", topic).option("checkpointLocation", str(checkpoint)).mode("append").save()
+    report = audit(kafka.bootstrap_servers, topic, 1000)
+    assert (report["records"], report["duplicates"], report["gaps"], report["clean"]) == (1000, 0, 0, True)
+    prefix = sink_prefix(checkpoint)
+    log = FileDecisionLog(checkpoint / "kafka2pc" / "decisions", prefix)
+    first = log.decision(1)
+    assert first is not None and 1 <= len(first.transactions) < 8  # empty partitions handed over nothing
+    assert all(not t.state.is_empty for t in first.transactions)
+    assert log.last_checkpoint() == 2 and log.undone() == []
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"checkpointLocation": None}, "checkpointLocation"),
+    ({"kafka.acks": "0"}, "kafka.acks"),
+    ({"startingOffsets": "earliest"}, "startingoffsets"),
+    ({"transactionNamingStrategy": "probing"}, "transactionNamingStrategy"),
+])
+def test_bad_options_fail_before_any_write(spark, kafka, topic_factory, tmp_path, change, problem):  # noqa: PLR0917
+    topic = topic_factory(kafka)
+    df = spark.range(5).selectExpr("CAST(id AS STRING) AS value")
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
+               "checkpointLocation": str(tmp_path / "ck"), **change}
+    writer = df.write.format("kafka2pc").mode("append")
+    for key, value in options.items():
+        if value is not None:
+            writer = writer.option(key, value)
+    with pytest.raises(Exception, match=problem):
+        writer.save()
+    assert audit(kafka.bootstrap_servers, topic, 1)["records"] == 0
+
+
+@pytest.mark.parametrize(("select", "problem"), [
+    ("CAST(id AS STRING) AS key", "needs a 'value' column"),
+    ("id AS value", "column 'value' must be string or binary, not bigint"),
+    ("CAST(id AS STRING) AS value, id AS partition", "column 'partition' must be int"),
+])
+def test_wrong_columns_fail_before_any_write(spark, kafka, topic_factory, tmp_path, select, problem):  # noqa: PLR0917
+    topic = topic_factory(kafka)
+    with pytest.raises(Exception, match=problem):
+        spark.range(5).selectExpr(*select.split(", ")).write.format("kafka2pc") \
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", topic) \
+            .option("checkpointLocation", str(tmp_path / "ck")).mode("append").save()
+
+
+def test_a_prefix_belongs_to_one_checkpoint(spark, kafka, topic_factory, tmp_path):
+    topic = topic_factory(kafka)
+    prefix = f"owned{uuid.uuid4().hex[:6]}"
+    df = spark.range(3).selectExpr("to_json(named_struct('id', id)) AS value")
+
+    def write(checkpoint: Path, chosen: str):
+        df.write.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+            .option("topic", topic).option("checkpointLocation", str(checkpoint)) \
+            .option("transactionalIdPrefix", chosen).mode("append").save()
+
+    write(tmp_path / "first", prefix)
+    with pytest.raises(Exception, match=r"already has .* transactional ids on the cluster .*: another query"):
+        write(tmp_path / "second", prefix)  # another checkpoint, same prefix
+    with pytest.raises(Exception, match=r"differs from .* which the checkpoint"):
+        write(tmp_path / "first", f"{prefix}x")  # the same checkpoint, another prefix
+    with pytest.raises(Exception, match="mode\\('append'\\)"):
+        df.write.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+            .option("topic", topic).option("checkpointLocation", str(tmp_path / "x")).mode("overwrite").save()
+
+
+def test_spark_refuses_async_progress_tracking_and_real_time_mode(spark, kafka, topic_factory, tmp_path):
+    topic = topic_factory(kafka)
+    df = spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
+    base = df.writeStream.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+        .option("topic", topic)
+    with pytest.raises(Exception, match="async progress tracking"):
+        base.option("checkpointLocation", str(tmp_path / "a")).option("asyncProgressTrackingEnabled", "true").start()
+    with pytest.raises(Exception, match=r"REAL_TIME_MODE|real-time"):
+        base.option("checkpointLocation", str(tmp_path / "b")).trigger(realTime="5 seconds") \
+            .outputMode("update").start()
+
+
+def zombie(plan: TaskPlan, partition: int, attempt: int, batch: int, values: list[bytes]):
+    """A task attempt of ``batch`` that starts late, in this process (a TaskContext as Spark's workers set it)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    TaskContext._setTaskContext(None)
+    TaskContext._setTaskContext(TaskContext(stageId=0, partitionId=partition, attemptNumber=attempt,
+                                            taskAttemptId=10_000 + attempt, cpus=1, resources={},
+                                            localProperties={"streaming.sql.batchId": str(batch)}))
+    try:
+        return write_partition(plan, iter([pa.record_batch({"value": pa.array(values, pa.binary())})]))
+    finally:
+        TaskContext._setTaskContext(None)
+
+
+def test_zombie_attempts_never_touch_a_decided_or_running_transaction(spark, kafka, topic_factory, tmp_path):
+    """A zombie attempt of a decided batch writes and prepares late: its transaction is never decided (the batch is
+    done) and the next planning aborts it; one on an id a live attempt holds stops without touching it."""
+    topic = topic_factory(kafka)
+    checkpoint = tmp_path / "ck"
+    run_batches(spark, kafka.bootstrap_servers, topic, checkpoint, batches=2)
+    settle_after_stop(spark, kafka.bootstrap_servers, checkpoint)
+    prefix = sink_prefix(checkpoint)
+    done = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    plan = TaskPlan({"bootstrap.servers": kafka.bootstrap_servers}, prefix, TransactionNamingStrategy.POOLING, True,
+                    topic, Columns(), None)
+    late = zombie(plan, 0, 0, done, [b'{"id": -1}'])  # a late attempt of the decided batch
+    assert late.state  # it could prepare: on its own id, touching nothing decided
+    with pytest.raises(IdInUseError):  # a second attempt with the same id (a stage re-attempt) finds it in use
+        zombie(plan, 0, 0, done, [b'{"id": -2}'])
+    assert open_transactions(kafka.bootstrap_servers, prefix) == [late.transactional_id]
+    run_batches(spark, kafka.bootstrap_servers, topic, checkpoint, batches=done + 3)  # its planning cleans up
+    settle_after_stop(spark, kafka.bootstrap_servers, checkpoint)
+    assert open_transactions(kafka.bootstrap_servers, prefix) == []
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    report = audit(kafka.bootstrap_servers, topic, ROWS_PER_BATCH * (committed + 1))
+    assert (report["duplicates"], report["gaps"], report["outside_range"], report["clean"]) == (0, 0, 0, True)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def test_format_kafka2pc_is_registered_without_a_call(spark):
+    assert spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("kafka2pc") is True
