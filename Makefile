@@ -21,6 +21,7 @@ setup: $(VENV)/.installed
 
 jars: setup
 	$(PY) -m kafka2pc.testing.jars
+	$(PY) -m kafka2pc.testing.spark jars
 
 lint: setup
 	$(VENV)/bin/ruff check src tests examples benchmarks
