@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     IntegerType,
@@ -14,11 +14,11 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 
-from kafka2pc.errors import ConfigError  # noqa: E402
-from kafka2pc.sink.naming import TransactionNamingStrategy  # noqa: E402
-from kafka2pc.spark.columns import Columns  # noqa: E402
-from kafka2pc.spark.ids import SLOTS, counter  # noqa: E402
-from kafka2pc.spark.options import SinkOptions, local_path  # noqa: E402
+from kafka2pc.errors import ConfigError
+from kafka2pc.sink.naming import TransactionNamingStrategy
+from kafka2pc.spark.columns import Columns
+from kafka2pc.spark.ids import SLOTS, counter
+from kafka2pc.spark.options import SinkOptions, local_path
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "checkpointlocation": "/tmp/ck"}
 
