@@ -18,15 +18,12 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.taskcontext import TaskContext  # noqa: E402
 
 from kafka2pc import TransactionNamingStrategy  # noqa: E402
-from kafka2pc.audit import RecordDecoder, audit_topic  # noqa: E402
 from kafka2pc.cli import main as cli_main  # noqa: E402
-from kafka2pc.cluster_client import ClusterClient  # noqa: E402
-from kafka2pc.config import ClientConfig  # noqa: E402
-from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar  # noqa: E402
+from kafka2pc.sink import FileDecisionLog  # noqa: E402
 from kafka2pc.spark.columns import Columns  # noqa: E402
-from kafka2pc.spark.state import SinkStore  # noqa: E402
 from kafka2pc.spark.task import IdInUseError, TaskPlan, write_partition  # noqa: E402
-from kafka2pc.transaction_control import OPEN_STATES, TransactionControl  # noqa: E402
+
+from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 
 pytestmark = pytest.mark.integration
 ROWS_PER_BATCH = 200
@@ -43,25 +40,6 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def audit(bootstrap: str, topic: str, expected: int) -> dict:
-    """``kafka2pc audit``'s figures for ``topic``, ids expected to be exactly 0 .. expected - 1."""
-    report = audit_topic({"bootstrap.servers": bootstrap}, topic, RecordDecoder(id_field="id"),
-                         expect_range=(0, expected - 1))
-    return report.to_json_dict()
-
-
-def open_transactions(bootstrap: str, prefix: str) -> list[str]:
-    grammar = TransactionalIdGrammar(prefix)
-    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
-        deadline = time.monotonic() + 10
-        while True:  # markers of just-ended transactions take a moment
-            listed = [t for t in TransactionControl(client).list(states=OPEN_STATES)
-                      if grammar.owns(t.transactional_id)]
-            if all(t.state == "Ongoing" for t in listed) or time.monotonic() > deadline:
-                return [t.transactional_id for t in listed]
-            time.sleep(0.1)
 
 
 def settle_after_stop(spark, bootstrap: str, checkpoint: Path) -> None:
@@ -97,12 +75,6 @@ def run_batches(spark, bootstrap: str, topic: str, checkpoint: Path, batches: in
         raise AssertionError("the query did not reach its batches in time")
     finally:
         query.stop()
-
-
-def sink_prefix(checkpoint: Path) -> str:
-    state = SinkStore(str(checkpoint)).load()
-    assert state is not None
-    return state.prefix
 
 
 def test_streaming_writes_every_row_exactly_once(spark, kafka, topic_factory, tmp_path):

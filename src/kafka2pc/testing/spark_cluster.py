@@ -37,6 +37,12 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 LOOPBACK = "127.0.0.1"
 
 
+def worker_host(index: int) -> str:
+    """Worker ``index``'s own loopback address (127.0.0.2, 127.0.0.3, ...): Spark launches a speculative copy of a
+    task only on another host than the running attempt's, so workers sharing one address would never speculate."""
+    return f"127.0.0.{2 + index}"
+
+
 # -- processes (Linux /proc) -------------------------------------------------------------------------------------
 
 
@@ -247,7 +253,7 @@ class StandaloneSparkCluster:
             port, webui_port = ports[2 + 2 * i], ports[3 + 2 * i]
             work_dir = self.workdir / f"worker-{i}"
             daemon = _Daemon(f"worker-{i}", [
-                "bash", str(self._spark_class), WORKER_CLASS, "--host", LOOPBACK, "--port", str(port),
+                "bash", str(self._spark_class), WORKER_CLASS, "--host", worker_host(i), "--port", str(port),
                 "--webui-port", str(webui_port), "--cores", str(cores_per_worker), "--memory", worker_memory,
                 "--work-dir", str(work_dir), self.master_url,
             ], logs / f"worker-{i}.out")
@@ -268,8 +274,9 @@ class StandaloneSparkCluster:
         env = self._env(conf_dir)
         try:
             self._master.spawn(env)
-            for daemon, *_ in self._workers:
-                daemon.spawn(env)
+            for i, (daemon, *_) in enumerate(self._workers):
+                # executors inherit their Worker's address, for binding and for the host Spark schedules by
+                daemon.spawn({**env, "SPARK_LOCAL_IP": worker_host(i), "SPARK_LOCAL_HOSTNAME": worker_host(i)})
             self.wait_ready(timeout_s, alive_workers=len(self._workers))
         except BaseException:
             self.close(keep_logs=True)

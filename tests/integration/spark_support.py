@@ -1,0 +1,57 @@
+"""What the Spark sink tests share: orders into a source topic, the audit of a sink topic, the open transactions
+under a sink's prefix."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from kafka2pc.audit import RecordDecoder, audit_topic
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.config import ClientConfig
+from kafka2pc.sink import TransactionalIdGrammar
+from kafka2pc.spark.state import SinkStore
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
+
+
+def produce_orders(bootstrap: str, topic: str, first: int, count: int, *, over_s: float = 0.0) -> None:
+    """Orders ``first .. first + count - 1`` (JSON with an ``id``) into ``topic``, by an idempotent producer, spread
+    over ``over_s`` seconds."""
+    from confluent_kafka import Producer  # noqa: PLC0415
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for order in range(first, first + count):
+        producer.produce(topic, key=str(order), value=json.dumps({"id": order, "amount": order % 97 / 10}))
+        producer.poll(0)
+        if over_s:
+            time.sleep(over_s / count)
+    assert producer.flush(30) == 0
+
+
+def audit(bootstrap: str, topic: str, expected: int) -> dict:
+    """``kafka2pc audit``'s figures for ``topic``, ids expected to be exactly 0 .. expected - 1."""
+    report = audit_topic({"bootstrap.servers": bootstrap}, topic, RecordDecoder(id_field="id"),
+                         expect_range=(0, expected - 1))
+    return report.to_json_dict()
+
+
+def open_transactions(bootstrap: str, prefix: str, settle_s: float = 10.0) -> list[str]:
+    """The transactional ids under ``prefix`` with a transaction open, once those being ended have ended (their
+    markers take a moment; at most ``settle_s``)."""
+    grammar = TransactionalIdGrammar(prefix)
+    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
+        deadline = time.monotonic() + settle_s
+        while True:
+            listed = [t for t in TransactionControl(client).list(states=OPEN_STATES)
+                      if grammar.owns(t.transactional_id)]
+            if all(t.state == "Ongoing" for t in listed) or time.monotonic() > deadline:
+                return sorted(t.transactional_id for t in listed)
+            time.sleep(0.1)
+
+
+def sink_prefix(checkpoint: Path) -> str:
+    """The prefix the checkpoint pinned."""
+    state = SinkStore(str(checkpoint)).load()
+    assert state is not None, f"no sink state under {checkpoint}"
+    return state.prefix
