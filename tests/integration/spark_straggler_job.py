@@ -1,8 +1,8 @@
 """A streaming job for the standalone-cluster test: Kafka source -> a step that makes stragglers -> kafka2pc sink.
 
 The first attempt of every task of the source's partition 0 sleeps after handing its first rows to the sink (its
-transaction is open on the broker), so Spark's speculation launches a copy on the other executor, which wins; the loser is killed or
-prepares late. Runs with Spark's availableNow trigger: it exits once the source is consumed.
+transaction is open on the broker), so Spark's speculation launches a copy on the other executor, which wins; the
+loser is killed or prepares late. Runs with Spark's availableNow trigger: it exits once the source is consumed.
 
     python spark_straggler_job.py MASTER_URL CONF_JSON BOOTSTRAP SOURCE SINK CHECKPOINT MARKERS
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka2pc.audit import RecordDecoder, audit_topic
@@ -55,3 +56,12 @@ def sink_prefix(checkpoint: Path) -> str:
     state = SinkStore(str(checkpoint)).load()
     assert state is not None, f"no sink state under {checkpoint}"
     return state.prefix
+
+
+def wait_for(what: str, condition: Callable[[], object], timeout_s: float) -> None:
+    """Poll ``condition`` until it is true; AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

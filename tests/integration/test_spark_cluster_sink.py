@@ -19,19 +19,11 @@ from kafka2pc.testing.spark_cluster import StandaloneSparkCluster, alive
 from kafka2pc.testing.spark_fixtures import spark_standalone  # noqa: F401
 
 from .spark_straggler_job import STRAGGLE_S
-from .spark_support import audit, open_transactions, produce_orders, sink_prefix
+from .spark_support import audit, open_transactions, produce_orders, sink_prefix, wait_for
 
 pytestmark = pytest.mark.integration
 JOB = Path(__file__).with_name("spark_straggler_job.py")
 ORDERS = 4000  # 10 batches of 400 (maxOffsetsPerTrigger)
-
-
-def _wait_for(what: str, condition, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(600)
@@ -54,7 +46,7 @@ def test_executor_killed_mid_batch_with_speculative_stragglers(
             sleeping[:] = [int(m.name) for m in markers.iterdir() if m.stat().st_mtime > fresh and alive(int(m.name))]
             return bool(sleeping)
 
-        _wait_for("a straggler holding an open transaction", straggler_sleeps, 60)
+        wait_for("a straggler holding an open transaction", straggler_sleeps, 60)
         executors = [e for e in cluster.executor_pids(app_id) if sleeping[0] in cluster.python_worker_pids(e)]
         assert len(executors) == 1, (sleeping, cluster.executor_pids(app_id))
         victim = executors[0]
