@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars lint test demo bench bench-recovery chaos clean
+.PHONY: setup jars lint test demo bench bench-spark bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -38,13 +38,19 @@ demo: jars
 bench: jars
 	$(PY) benchmarks/producer.py
 
+# The kafka2pc Spark sink against Spark's own Kafka sink (rows/s), and the driver's 2PC time per micro-batch.
+bench-spark: jars
+	$(PY) benchmarks/spark_sink.py
+
 # Sink recovery time after crashed restarts, and transactional ids held with POOLING vs INCREMENTING.
 bench-recovery: jars
 	$(PY) benchmarks/recovery.py
 
-# Long chaos runs, by their own target (not part of `make test`), and 50 000 model-based sequences.
+# Long chaos runs, by their own target (not part of `make test`): 50 000 model-based sequences, and the Spark main
+# job's driver SIGKILLed 30 times (10 in the default suite).
 chaos: jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
+	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache

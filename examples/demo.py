@@ -1,7 +1,8 @@
-"""The kafka2pc demo: start a local Apache Kafka, prepare and complete a two-phase transaction, abort another,
-read back what a read_committed consumer sees, and print what `kafka2pc doctor` says of the broker.
+"""The kafka2pc demo: the main job (``examples/spark_job.py``: Kafka source -> transformation -> kafka2pc sink) on a
+local Apache Kafka broker, SIGKILLed mid-stream and restarted from its checkpoint, then ``kafka2pc audit`` of what a
+read_committed consumer sees: every order exactly once.
 
-Run with `make demo` (which sets up everything first), or `python examples/demo.py [--bootstrap HOST:PORT]`.
+Run with ``make demo`` (which sets up everything first), or ``python examples/demo.py [--bootstrap HOST:PORT]``.
 """
 
 from __future__ import annotations
@@ -9,62 +10,83 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
+import threading
+from pathlib import Path
 
-from kafka2pc import TwoPhaseProducer
 from kafka2pc.cli import main as kafka2pc_cli
 from kafka2pc.testing import BrokerSettings, start_kafka
-from kafka2pc.testing.verify import create_topic, read_records
+from kafka2pc.testing.spark import run_driver
+from kafka2pc.testing.verify import create_topic, produce_orders
+
+JOB = Path(__file__).with_name("spark_job.py")
+FIRST_ORDERS, LATER_ORDERS = 3000, 1000
 
 
-def run_transactions(bootstrap: str) -> None:
-    topic = create_topic(bootstrap)
-    with TwoPhaseProducer({"bootstrap.servers": bootstrap, "transactional.id": "kafka2pc-demo"},
-                          two_phase_commit=True) as producer:
-        producer.init_transactions()
-        print(f"two-phase commit active: {producer.two_phase_commit_active}")
+def echo(line: str) -> None:
+    print(f"  job | {line}", flush=True)
 
-        producer.begin_transaction()
-        for i in range(5):
-            producer.produce(topic, key=f"order-{i}".encode(), value=f"committed {i}".encode())
-        state = producer.prepare_transaction()
-        print(f"prepared a transaction of 5 records to {topic}: state {str(state)!r} (store it with the decision)")
-        print(f"complete_transaction({str(state)!r}) -> {producer.complete_transaction(state).value}")
 
-        producer.begin_transaction()
-        for i in range(3):
-            producer.produce(topic, key=f"order-x{i}".encode(), value=f"aborted {i}".encode())
-        producer.flush()
-        producer.abort_transaction()
-        print(f"aborted a transaction of 3 records to {topic}")
+def run_demo(bootstrap: str, workdir: Path) -> int:
+    source, sink = create_topic(bootstrap, partitions=3), create_topic(bootstrap, partitions=3)
+    checkpoint = workdir / "checkpoint"
+    produce_orders(bootstrap, source, 0, FIRST_ORDERS)
+    print(f"{FIRST_ORDERS} orders in {source}; the job writes them, enriched, to {sink} through kafka2pc")
+    job = ["--bootstrap", bootstrap, "--source", source, "--sink", sink, "--checkpoint", str(checkpoint),
+           "--batch-size", "300", "--trigger-seconds", "0.5"]
 
-    seen = read_records(bootstrap, topic)
-    print(f"a read_committed consumer sees {len(seen)} records:")
-    for record in seen:
-        print(f"  offset {record.offset}: {record.key!r} -> {record.value!r}")
-    if [r.value for r in seen] != [f"committed {i}".encode() for i in range(5)]:
-        raise SystemExit("unexpected records: the demo's transactions did not behave as Kafka's should")
+    print("\n$ python examples/spark_job.py ...   (Spark local[2]; killed with SIGKILL after its 3rd batch)")
+    first = run_driver(JOB, job, log_dir=workdir / "run-1")
+    feeder = threading.Thread(target=produce_orders, args=(bootstrap, source, FIRST_ORDERS, LATER_ORDERS),
+                              kwargs={"over_s": 5.0})
+    try:
+        first.wait_for_line(r"^batch 0:", 300, echo=echo)
+        feeder.start()  # more orders arrive while it runs
+        first.wait_for_line(r"^batch 2:", 120, echo=echo)
+    finally:
+        killed = first.kill_group()
+        if feeder.is_alive():
+            feeder.join(timeout=60)
+    print(f"SIGKILL: the driver's process group ({len(killed)} processes: driver, JVM, Python workers) is gone\n")
+
+    print(f"$ kafka2pc audit --bootstrap {bootstrap} --topic {sink} --id-field id   (before the restart)")
+    kafka2pc_cli(["audit", "--bootstrap", bootstrap, "--topic", sink, "--id-field", "id", "--settle", "1"])
+
+    print("\n$ python examples/spark_job.py ... --until-caught-up   (the same checkpoint)")
+    again = run_driver(JOB, [*job, "--until-caught-up"], log_dir=workdir / "run-2")
+    try:
+        again.wait_for_line(r"^caught up", 600, echo=echo)
+        code = again.wait(120)
+    finally:
+        if again.returncode is None:
+            again.kill_group()
+    if code != 0:
+        print(again.output_tail(), file=sys.stderr)
+        return code
+
+    orders = FIRST_ORDERS + LATER_ORDERS
+    print(f"\n$ kafka2pc audit --bootstrap {bootstrap} --topic {sink} --id-field id --expect-range 0:{orders - 1}")
+    return kafka2pc_cli(["audit", "--bootstrap", bootstrap, "--topic", sink, "--id-field", "id",
+                         "--expect-range", f"0:{orders - 1}"])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its readiness-poll connection errors are expected
 
-    if args.bootstrap:
-        run_transactions(args.bootstrap)
-        return kafka2pc_cli(["doctor", "--bootstrap", args.bootstrap])
-
-    print("starting a local Apache Kafka broker (KRaft, 2PC enabled)...", flush=True)
-    service = start_kafka(BrokerSettings(), nodes=1)
-    try:
-        print(f"broker {service.settings.version} ready at {service.bootstrap_servers} ({service.backend})")
-        run_transactions(service.bootstrap_servers)
-        print("\n$ kafka2pc doctor --bootstrap", service.bootstrap_servers)
-        return kafka2pc_cli(["doctor", "--bootstrap", service.bootstrap_servers])
-    finally:
-        service.close()
+    with tempfile.TemporaryDirectory(prefix="kafka2pc-demo-") as workdir:
+        if args.bootstrap:
+            return run_demo(args.bootstrap, Path(workdir))
+        print("starting a local Apache Kafka broker (KRaft, 2PC enabled)...", flush=True)
+        service = start_kafka(BrokerSettings(), nodes=1)
+        try:
+            print(f"broker {service.settings.version} ready at {service.bootstrap_servers} ({service.backend})")
+            return run_demo(service.bootstrap_servers, Path(workdir))
+        finally:
+            service.close()
 
 
 if __name__ == "__main__":

@@ -179,6 +179,7 @@ class KafkaTransport:
                    if isinstance(command, EndTxn | DescribeTransaction)]
         answers: list[Answer | None] = [None] * len(commands)
         requests = []
+        self.client.look_up_transaction_coordinators([txn_id for _, txn_id, _ in batched])
         for _, txn_id, command in batched:
             request = _end_request(txn_id, command) if isinstance(command, EndTxn) else \
                 DescribeTransactionsRequest(transactional_ids=[txn_id])

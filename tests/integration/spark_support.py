@@ -1,9 +1,8 @@
-"""What the Spark sink tests share: orders into a source topic, the audit of a sink topic, the open transactions
-under a sink's prefix."""
+"""What the Spark sink tests share: orders into a source topic (``produce_orders``), the audit of a sink topic, the
+open transactions under a sink's prefix."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,21 +12,8 @@ from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.sink import TransactionalIdGrammar
 from kafka2pc.spark.state import SinkStore
+from kafka2pc.testing.verify import produce_orders
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
-
-
-def produce_orders(bootstrap: str, topic: str, first: int, count: int, *, over_s: float = 0.0) -> None:
-    """Orders ``first .. first + count - 1`` (JSON with an ``id``) into ``topic``, by an idempotent producer, spread
-    over ``over_s`` seconds."""
-    from confluent_kafka import Producer  # noqa: PLC0415
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    for order in range(first, first + count):
-        producer.produce(topic, key=str(order), value=json.dumps({"id": order, "amount": order % 97 / 10}))
-        producer.poll(0)
-        if over_s:
-            time.sleep(over_s / count)
-    assert producer.flush(30) == 0
 
 
 def audit(bootstrap: str, topic: str, expected: int) -> dict:
@@ -65,3 +51,6 @@ def wait_for(what: str, condition: Callable[[], object], timeout_s: float) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+__all__ = ["audit", "open_transactions", "produce_orders", "sink_prefix", "wait_for"]

@@ -8,6 +8,7 @@ for ``commit``/``abort``. The driver's work before the tasks run happens when th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,22 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
+#: Spark's Python workers configure no logging: ``KAFKA2PC_LOG_LEVEL=INFO`` in their environment makes kafka2pc log
+#: to their stderr (in Spark's executor and driver logs), e.g. one line per committed batch with its driver timings
+LOG_LEVEL_VARIABLE = "KAFKA2PC_LOG_LEVEL"
+
+
+def _log_to_stderr_if_asked() -> None:
+    level = os.environ.get(LOG_LEVEL_VARIABLE)
+    root = logging.getLogger("kafka2pc")
+    if level and not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(level.upper())
+
+
+_log_to_stderr_if_asked()
 
 
 class SinkCommitMessage(WriterCommitMessage):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -239,6 +239,7 @@ class DriverProcess:
         self._read = 0
         self._lines: list[str] = []
         self._partial = ""
+        self._echoed = 0
 
     @property
     def pid(self) -> int:
@@ -258,16 +259,21 @@ class DriverProcess:
             raise HarnessSetupError(f"driver {self.pid} still runs after {timeout_s:g} s\n{self.output_tail()}") \
                 from None
 
-    def wait_for_line(self, pattern: str, timeout_s: float) -> re.Match[str]:
+    def wait_for_line(self, pattern: str, timeout_s: float, *,
+                      echo: Callable[[str], object] | None = None) -> re.Match[str]:
         """The first line of the driver's stdout matching ``pattern`` (``re.search``), waiting up to ``timeout_s``;
-        HarnessSetupError, with its output, if it exits or the time runs out first."""
+        HarnessSetupError, with its output, if it exits or the time runs out first. ``echo`` is called with each line
+        not seen before, up to the match."""
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout_s
-        checked = 0
+        checked = self._echoed if echo is not None else 0
         while True:
             exited = self.returncode is not None  # read after the exit check: no line printed before it is missed
             self._read_new()
-            for line in self._lines[checked:]:
+            for index, line in enumerate(self._lines[checked:], start=checked):
+                if echo is not None and index >= self._echoed:
+                    echo(line)
+                    self._echoed = index + 1
                 if (match := regex.search(line)) is not None:
                     return match
             checked = len(self._lines)

@@ -5,12 +5,13 @@ Uses confluent-kafka (librdkafka), an independent client, so a bug in kafka2pc's
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 
 import attrs
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 
@@ -54,6 +55,19 @@ def create_topic(bootstrap: Connection, name: str | None = None, *, partitions: 
             return topic
         time.sleep(0.1)
     raise TimeoutError(f"topic {topic} has no leaders after {timeout_s:g} s")
+
+
+def produce_orders(bootstrap: Connection, topic: str, first: int, count: int, *, over_s: float = 0.0) -> None:
+    """Orders ``first .. first + count - 1`` into ``topic`` as JSON values ``{"id": n, "amount": a}`` keyed by the id,
+    by an idempotent producer (so no duplicates of its own), spread over ``over_s`` seconds."""
+    producer = Producer({**_connection(bootstrap), "enable.idempotence": True, "linger.ms": 5})
+    for order in range(first, first + count):
+        producer.produce(topic, key=str(order), value=json.dumps({"id": order, "amount": order % 97 / 10}))
+        producer.poll(0)
+        if over_s:
+            time.sleep(over_s / count)
+    if producer.flush(30) != 0:
+        raise KafkaException(f"orders {first}..{first + count - 1} not acknowledged within 30 s")
 
 
 def _consumer(bootstrap: Connection, isolation: str) -> Consumer:

@@ -1,0 +1,150 @@
+"""The kafka2pc Spark sink against Spark's own Kafka sink, in one run, on one broker, Spark local[2]:
+
+1. throughput: the same cached DataFrame (``--rows`` rows in 8 partitions, ~100-byte JSON values, string keys) written
+   by ``df.write.format("kafka")`` (Spark's sink, at-least-once) and ``df.write.format("kafka2pc")`` (exactly-once),
+   ``--rounds`` times each, interleaved; median rows/s and the ratio;
+2. the driver's two-phase-commit time per micro-batch at 8 partitions: a streaming query (rate-micro-batch, 8
+   partitions) into kafka2pc for ``--batches`` batches, its driver logging each commit (``KAFKA2PC_LOG_LEVEL=INFO``):
+   the decision record, the completions (EndTxn of 8 transactions), and the cleanup listing that follows; p50/p99.
+
+    python benchmarks/spark_sink.py [--bootstrap HOST:PORT] [--rows 400000] [--rounds 3] [--batches 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kafka2pc.testing.provider import bootstrap_or_local
+from kafka2pc.testing.spark import run_driver
+from kafka2pc.testing.verify import create_topic, end_offsets
+
+PARTITIONS = 8
+COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); record ([\d.]+) ms, complete ([\d.]+) ms, "
+                         r"cleanup ([\d.]+) ms")
+
+
+def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path) -> dict[str, list[float]]:
+    """rows/s of each sink, per round."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from kafka2pc.testing.spark import local_session, stop_session  # noqa: PLC0415
+
+    spark = local_session("kafka2pc-bench", cores=2, kafka_connector=True)
+    try:
+        df = (spark.range(rows, numPartitions=PARTITIONS)
+              .select(F.col("id").cast("string").alias("key"),
+                      F.to_json(F.struct(F.col("id"), F.lit("x" * 70).alias("pad"))).alias("value"))
+              .cache())
+        df.count()
+        results: dict[str, list[float]] = {"spark kafka sink (at-least-once)": [], "kafka2pc (exactly-once)": []}
+        for round_number in range(rounds):
+            for name, rates in results.items():
+                topic = create_topic(bootstrap, partitions=PARTITIONS)
+                writer = df.write.mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                if name.startswith("kafka2pc"):
+                    writer = writer.format("kafka2pc").option("checkpointLocation",
+                                                              str(workdir / f"ck-{round_number}"))
+                else:
+                    writer = writer.format("kafka")
+                started = time.perf_counter()
+                writer.save()
+                elapsed = time.perf_counter() - started
+                written = sum(end_offsets(bootstrap, topic).values())
+                if written < rows:
+                    raise SystemExit(f"{name} wrote {written} of {rows} rows")
+                rates.append(rows / elapsed)
+                print(f"  round {round_number + 1}: {name:34s} {rows / elapsed:>10,.0f} rows/s", flush=True)
+        return results
+    finally:
+        stop_session(spark)
+
+
+def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, rows_per_batch: int) -> int:
+    """Run in a subprocess: a rate-micro-batch query into kafka2pc until ``batches`` batches have committed."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-commit")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+             .option("numPartitions", PARTITIONS).load()
+             .selectExpr("CAST(value AS STRING) AS key", "to_json(named_struct('id', value)) AS value")
+             .writeStream.format("kafka2pc").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    while query.isActive and (query.lastProgress is None or query.lastProgress["batchId"] < batches - 1):
+        time.sleep(0.1)
+    query.stop()
+    spark.stop()
+    return 0
+
+
+def commit_timings(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> list[tuple[float, ...]]:
+    """(record, complete, cleanup) ms of each committed batch, from the driver's log."""
+    topic = create_topic(bootstrap, partitions=PARTITIONS)
+    driver = run_driver(__file__, ["--streaming-driver", bootstrap, topic, str(workdir / "ck-stream"), str(batches),
+                                   str(rows_per_batch)],
+                        env={"KAFKA2PC_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable},
+                        log_dir=workdir / "stream")
+    if driver.wait(600) != 0:
+        raise SystemExit(f"the streaming driver failed:\n{driver.output_tail()}")
+    timings = [(float(m[3]), float(m[4]), float(m[5]))
+               for m in COMMIT_LINE.finditer(driver.stderr_path.read_text(errors="replace")) if int(m[2]) > 0]
+    if len(timings) < batches // 2:
+        raise SystemExit(f"only {len(timings)} commit lines in the driver's log:\n{driver.output_tail()}")
+    return timings
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--rows-per-batch", type=int, default=8_000)
+    parser.add_argument("--streaming-driver", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.streaming_driver:
+        bootstrap, topic, checkpoint, batches, rows_per_batch = args.streaming_driver
+        return streaming_driver(bootstrap, topic, checkpoint, int(batches), int(rows_per_batch))
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+    with bootstrap_or_local(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="k2pc-bench-") as work:
+        print(f"broker {bootstrap}; {os.cpu_count()} CPUs; Spark local[2]; {args.rows:,} rows in {PARTITIONS} "
+              f"partitions, {args.rounds} rounds", flush=True)
+        results = throughput(bootstrap, args.rows, args.rounds, Path(work))
+        medians = {name: statistics.median(values) for name, values in results.items()}
+        print("\nthroughput (median of rounds, min-max):")
+        for name, values in results.items():
+            print(f"  {name:34s} {medians[name]:>10,.0f} rows/s  ({min(values):,.0f}-{max(values):,.0f})")
+        spark_sink, ours = medians.values()
+        print(f"  kafka2pc / Spark's Kafka sink: {ours / spark_sink:.2f}x (goal >= 1.0x)")
+
+        print(f"\ndriver 2PC time per micro-batch ({PARTITIONS} partitions, {args.rows_per_batch:,} rows per batch, "
+              f"{args.batches} batches):", flush=True)
+        timings = commit_timings(bootstrap, args.batches, args.rows_per_batch, Path(work))
+        record, complete, cleanup = (list(column) for column in zip(*timings, strict=True))
+        two_pc = [r + c for r, c in zip(record, complete, strict=True)]
+        for name, values in (("decision record", record), ("completions (8 EndTxn)", complete),
+                             ("record + completions", two_pc), ("cleanup listing after", cleanup)):
+            print(f"  {name:24s} p50 {percentile(values, 0.5):7.1f} ms   p99 {percentile(values, 0.99):7.1f} ms")
+        print(f"  ({len(timings)} batches; goal: record + completions p50 <= 20 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
