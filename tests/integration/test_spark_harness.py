@@ -160,8 +160,10 @@ def test_close_and_kill_worker_leave_no_process(tmp_path: Path) -> None:
     driver = run_driver(script, [cluster.master_url, json.dumps(cluster.driver_conf()), "300"], log_dir=tmp_path)
     try:
         app_id = driver.wait_for_line(r"app_id=(\S+)", 60)[1]
-        _wait_for("a Python worker under every executor", lambda: len(cluster.executor_pids(app_id)) == 2 and all(
-            cluster.python_worker_pids(e) for e in cluster.executor_pids(app_id)), 30)
+        # pyspark's daemon under every executor (a fork below an executor is not the daemon until it has exec'd)
+        _wait_for("pyspark's daemon under every executor", lambda: len(cluster.executor_pids(app_id)) == 2 and all(
+            any(_is_pyspark_daemon(p) for p in cluster.python_worker_pids(e)) for e in cluster.executor_pids(app_id)),
+            30)
         before = cluster.all_pids()
         worker0 = cluster.workers[0].pid
         under_worker0 = [p for p in before if p == worker0 or worker0 in _ancestors(p)]
