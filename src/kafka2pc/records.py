@@ -60,10 +60,17 @@ def varint(value: int) -> bytes:
 
 _NULL = varint(-1)
 _ZERO = varint(0)
+#: varints of 0 .. 16383 (offset deltas, key and value lengths), looked up on the hot path instead of computed
+_SMALL = tuple(varint(n) for n in range(1 << 14))
+_SMALL_LIMIT = len(_SMALL)
+
+
+def _varint(number: int) -> bytes:
+    return _SMALL[number] if 0 <= number < _SMALL_LIMIT else varint(number)
 
 
 def _bytes_field(data: bytes | None) -> bytes:
-    return _NULL if data is None else varint(len(data)) + data
+    return _NULL if data is None else _varint(len(data)) + data
 
 
 def _encode_headers(headers: Sequence[Header] | None) -> bytes:
@@ -90,17 +97,24 @@ def encode_values(values: Sequence[bytes], keys: Sequence[bytes | None] | None) 
     """Records for ``values`` (and ``keys``) at timestamp delta 0, offset deltas 0..n-1, no headers: the fast path."""
     parts: list[bytes] = []
     append = parts.append
+    small, limit, encode = _SMALL, _SMALL_LIMIT, _varint
     if keys is None:
         for delta, value in enumerate(values):
-            head = b"\x00\x00" + varint(delta) + b"\x01" + varint(len(value))
-            append(varint(len(head) + len(value) + 1))
+            size = len(value)
+            head = b"\x00\x00" + (small[delta] if delta < limit else encode(delta)) + b"\x01" + \
+                (small[size] if size < limit else encode(size))
+            body = len(head) + size + 1
+            append(small[body] if body < limit else encode(body))
             append(head)
             append(value)
             append(b"\x00")
     else:
         for delta, (key, value) in enumerate(zip(keys, values, strict=True)):
-            head = b"\x00\x00" + varint(delta) + _bytes_field(key) + varint(len(value))
-            append(varint(len(head) + len(value) + 1))
+            size = len(value)
+            head = b"\x00\x00" + (small[delta] if delta < limit else encode(delta)) + _bytes_field(key) + \
+                (small[size] if size < limit else encode(size))
+            body = len(head) + size + 1
+            append(small[body] if body < limit else encode(body))
             append(head)
             append(value)
             append(b"\x00")

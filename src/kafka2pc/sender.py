@@ -14,8 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-
-from kafka.partitioner.default import murmur2
+from typing import cast
 
 from kafka2pc import broker_errors as codes
 from kafka2pc.accumulator import Batch, RecordAccumulator, TopicPartition
@@ -29,6 +28,7 @@ from kafka2pc.errors import (
     RecordTooLargeError,
     TransactionAbortableError,
 )
+from kafka2pc.partitioner import key_partition, key_partitions
 from kafka2pc.producer_config import ProducerConfig
 from kafka2pc.records import (
     BATCH_OVERHEAD,
@@ -154,8 +154,9 @@ class RecordSender:
         else:
             count = len(self._partitions(topic))
             groups: dict[int, tuple[list[bytes], list[bytes | None]]] = {}
-            for key, value in zip(keys, values, strict=True):
-                target = key_partition(key, count) if key is not None else random.randrange(count)
+            targets = key_partitions(cast("Sequence[bytes]", keys), count) if None not in keys else [
+                key_partition(key, count) if key is not None else random.randrange(count) for key in keys]
+            for key, value, target in zip(keys, values, targets, strict=True):
                 group = groups.setdefault(target, ([], []))
                 group[0].append(value)
                 group[1].append(key)
@@ -324,11 +325,6 @@ class RecordSender:
     def idle(self) -> bool:
         """Whether nothing is buffered or in flight."""
         return self._round is None and self._accumulator.is_empty()
-
-
-def key_partition(key: bytes, count: int) -> int:
-    """Kafka's default partitioner for keyed records: murmur2 of the key, made positive, modulo the partitions."""
-    return (int(murmur2(key)) & 0x7FFFFFFF) % count
 
 
 def as_headers(headers: object) -> list[Header] | None:
