@@ -21,6 +21,8 @@ from kafka2pc import TransactionNamingStrategy  # noqa: E402
 from kafka2pc.cli import main as cli_main  # noqa: E402
 from kafka2pc.sink import FileDecisionLog  # noqa: E402
 from kafka2pc.spark.columns import Columns  # noqa: E402
+from kafka2pc.spark.driver import SinkDriver, WriteConflictError  # noqa: E402
+from kafka2pc.spark.options import SinkOptions  # noqa: E402
 from kafka2pc.spark.task import IdInUseError, TaskPlan, write_partition  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
@@ -243,3 +245,21 @@ def test_zombie_attempts_never_touch_a_decided_or_running_transaction(spark, kaf
 
 def test_format_kafka2pc_is_registered_without_a_call(spark):
     assert spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("kafka2pc") is True
+
+
+def test_two_batch_writes_racing_on_one_location_fail_loudly_never_silently(kafka, topic_factory, tmp_path):
+    """Both planned checkpoint k before either decided: the second to commit finds k decided by the first. It must
+    fail saying none of its rows were written (not return as if it had written them), and abort its transactions."""
+    topic = topic_factory(kafka)
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
+                                        "checkpointLocation": str(tmp_path / "ck")}, streaming=False)
+    plan_a, plan_b = SinkDriver(options).plan(Columns(), streaming=False), SinkDriver(options).plan(Columns(),
+                                                                                                    streaming=False)
+    assert plan_a.checkpoint == plan_b.checkpoint == 1
+    first, second = zombie(plan_a, 0, 0, 1, [b'{"id": 0}']), zombie(plan_b, 1, 0, 1, [b'{"id": 1}'])
+    assert SinkDriver(options).commit_write([first]) is not None
+    with pytest.raises(WriteConflictError, match="none of its rows were written"):
+        SinkDriver(options).commit_write([second])
+    report = audit(kafka.bootstrap_servers, topic, 1)
+    assert (report["records"], report["duplicates"], report["outside_range"]) == (1, 0, 0)
+    assert open_transactions(kafka.bootstrap_servers, plan_a.prefix) == []

@@ -16,6 +16,7 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.errors import Kafka2pcError
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.sink.committer import Committer, Settlement
 from kafka2pc.sink.decision_log import FileDecisionLog
@@ -29,6 +30,16 @@ from kafka2pc.spark.task import TaskMessage, TaskPlan, shared_client
 from kafka2pc.transaction_control import TransactionControl
 
 log = logging.getLogger(__name__)
+
+
+class WriteConflictError(Kafka2pcError):
+    """A batch write found its checkpoint decided by another write on the same checkpoint location: none of its rows
+    were written (its transactions were aborted). One write at a time per location."""
+
+
+class WriteDecidedError(Kafka2pcError):
+    """A batch write is decided (all of it will be visible) but completing it failed: the next write with the same
+    checkpoint location, or ``kafka2pc recover``, completes it. Running the same write again would write it twice."""
 
 
 @attrs.frozen
@@ -65,7 +76,7 @@ class SinkDriver:
     def state(self) -> SinkState:
         """The checkpoint's sink state (pinned on the first run)."""
         if self._state is None:
-            self._state = self.store.open(self.options.prefix, self.control)
+            self._state = self.store.open(self.options.prefix, lambda: self.control)
         return self._state
 
     @property
@@ -100,6 +111,30 @@ class SinkDriver:
         check_and_record = settlement.record_seconds
         timings = Timings(check_and_record, settled - started - check_and_record, time.monotonic() - settled)
         return settlement, timings
+
+    def commit_write(self, messages: Sequence[TaskMessage | None]) -> Settlement | None:
+        """Decide and complete a batch write: all of it, or (on an error before the decision) nothing. The errors
+        after the decision say so (:class:`WriteDecidedError`); a checkpoint another write decided meanwhile is a
+        :class:`WriteConflictError`, never a silent no-op."""
+        checkpoint = batch_checkpoint(messages)
+        if checkpoint is None:
+            return None  # no task reported: nothing was written
+        try:
+            settlement, _ = self.commit(messages, checkpoint)
+        except Exception as exc:
+            if self.decision_log.decision(checkpoint) is None:
+                raise
+            raise WriteDecidedError(
+                f"the write is decided (checkpoint {checkpoint} of {self.options.checkpoint_location}) but could not "
+                f"be completed ({type(exc).__name__}: {exc}): the next write with this checkpointLocation, or "
+                f"`kafka2pc recover --bootstrap ... --checkpoint-location {self.options.checkpoint_location}`, "
+                "completes it. Do NOT run the same write again: it would be written twice.") from exc
+        if not settlement.decided_now:
+            raise WriteConflictError(
+                f"checkpoint {checkpoint} of {self.options.checkpoint_location} was decided by another write that "
+                "ran at the same time: this write's transactions were aborted and none of its rows were written. "
+                "Run it again, one write at a time per checkpointLocation.")
+        return settlement
 
     def abort(self, messages: Sequence[TaskMessage | None], checkpoint: int | None) -> None:
         """Spark gave up on the batch (it failed, or the query is stopping): abort its transactions, and every other

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -75,8 +76,9 @@ class SinkStore:
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None
 
-    def open(self, requested_prefix: str | None, control: TransactionControl) -> SinkState:
-        """The state of this checkpoint: pinned on the first run, checked against the options on later ones."""
+    def open(self, requested_prefix: str | None, control: Callable[[], TransactionControl]) -> SinkState:
+        """The state of this checkpoint: pinned on the first run (``control()`` checks the prefix is free on the
+        cluster), checked against the options on later ones."""
         state = self.load()
         if state is not None:
             if requested_prefix is not None and requested_prefix != state.prefix:
@@ -86,7 +88,7 @@ class SinkStore:
             return state
         prefix = requested_prefix or f"kafka2pc-{uuid.uuid4().hex[:12]}"
         grammar = TransactionalIdGrammar(prefix)
-        in_use = [t.transactional_id for t in control.list(pattern=f"^{grammar.pattern}$")
+        in_use = [t.transactional_id for t in control().list(pattern=f"^{grammar.pattern}$")
                   if grammar.owns(t.transactional_id)]
         if in_use:
             raise ConfigError("transactionalIdPrefix", f"{prefix!r} already has {len(in_use)} transactional ids on "

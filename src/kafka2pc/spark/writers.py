@@ -117,10 +117,7 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Run on the driver: decide and complete the write."""
-        unwrapped = _unwrap(messages)
-        checkpoint = batch_checkpoint(unwrapped)
-        if checkpoint is not None:
-            SinkDriver(self._options).commit(unwrapped, checkpoint)
+        SinkDriver(self._options).commit_write(_unwrap(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Run on the driver when the write failed."""
