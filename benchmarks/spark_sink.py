@@ -45,13 +45,13 @@ def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path) -> dict[st
               .cache())
         df.count()
         results: dict[str, list[float]] = {"spark kafka sink (at-least-once)": [], "kafka2pc (exactly-once)": []}
-        for round_number in range(rounds):
+        for round_number in range(-1, rounds):  # round 0: warm-up (JVM, Python workers, connections), not counted
             for name, rates in results.items():
                 topic = create_topic(bootstrap, partitions=PARTITIONS)
                 writer = df.write.mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
                 if name.startswith("kafka2pc"):
                     writer = writer.format("kafka2pc").option("checkpointLocation",
-                                                              str(workdir / f"ck-{round_number}"))
+                                                              str(workdir / f"ck-{round_number + 1}"))
                 else:
                     writer = writer.format("kafka")
                 started = time.perf_counter()
@@ -60,8 +60,10 @@ def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path) -> dict[st
                 written = sum(end_offsets(bootstrap, topic).values())
                 if written < rows:
                     raise SystemExit(f"{name} wrote {written} of {rows} rows")
-                rates.append(rows / elapsed)
-                print(f"  round {round_number + 1}: {name:34s} {rows / elapsed:>10,.0f} rows/s", flush=True)
+                if round_number >= 0:
+                    rates.append(rows / elapsed)
+                label = f"round {round_number + 1}" if round_number >= 0 else "warm-up"
+                print(f"  {label}: {name:34s} {rows / elapsed:>10,.0f} rows/s", flush=True)
         return results
     finally:
         stop_session(spark)
