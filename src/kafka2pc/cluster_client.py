@@ -56,6 +56,8 @@ class ClusterClient:
         self._manager = self._admin._manager
         self._coordinators: dict[str, int] = {}
         self.bootstrap_servers = config.bootstrap_servers
+        #: how long a metadata-like request is retried while no broker answers (a producer's max.block.ms)
+        self.retry_timeout_s = bootstrap_timeout_s
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -82,8 +84,11 @@ class ClusterClient:
         found = self.broker_api_range(request_class)
         return found[1] if found is not None else -1
 
-    def _with_retries(self, call: Callable[[], _T], what: str, timeout_s: float = 30.0) -> _T:
-        """Run an idempotent read, retrying connection-level failures (a broker restarting, a leader moving)."""
+    def _with_retries(self, call: Callable[[], _T], what: str, timeout_s: float | None = None) -> _T:
+        """Run an idempotent read, retrying connection-level failures (a broker restarting, a leader moving), for
+        ``timeout_s`` (default: the client's :attr:`retry_timeout_s`)."""
+        if timeout_s is None:
+            timeout_s = self.retry_timeout_s
         deadline = time.monotonic() + timeout_s
         backoff = 0.1
         while True:

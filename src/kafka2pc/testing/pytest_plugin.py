@@ -9,6 +9,8 @@ Fixtures:
     ``kafka_factory`` (function): ``kafka_factory(BrokerSettings(...), nodes=1)`` starts a dedicated cluster for one
     test and stops it afterwards.
     ``topic_factory`` (function): ``topic_factory(kafka, partitions=1)`` creates a fresh topic.
+    ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
+    binaries, or ``KAFKA2PC_POSTGRES_DSN``).
 
 A failed test keeps the logs of every cluster it used and names their location in its report.
 """
@@ -45,6 +47,20 @@ def _skip_unless_local(what: str) -> None:
     backend = choose_backend(nodes=3)
     if backend != "local":
         pytest.skip(f"{what} needs the local JVM backend (selected: {backend})")
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A real PostgreSQL server for the session."""
+    from kafka2pc.testing.postgres import postgres_dsn as provide  # noqa: PLC0415 - only tests that need one
+
+    try:
+        context = provide()
+        dsn = context.__enter__()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not provide PostgreSQL: {exc}", pytrace=False)
+    yield dsn
+    context.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,207 @@
+"""DualWriter: one database transaction and one Kafka transaction, committed atomically (DOMAIN.md §7).
+
+Per transaction: lock the id's state row, write the application's rows and produce, prepare Kafka, store the
+prepared state in the row, commit the database (the commit point), complete Kafka. Recovery reads the row and
+commits what the database committed, aborts what it did not (:mod:`kafka2pc.dualwrite.recovery`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.config import ClientConfig
+from kafka2pc.dualwrite.recovery import plan_recovery
+from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.errors import (
+    ConfigError,
+    Kafka2pcError,
+    ProducerFencedError,
+    TransactionLostError,
+)
+from kafka2pc.producer import TwoPhaseProducer
+from kafka2pc.producer_config import PRODUCER_KEYS, ProducerConfig
+from kafka2pc.records import Header
+from kafka2pc.transaction_control import TransactionControl
+
+log = logging.getLogger(__name__)
+
+
+class DualWriteRecoveryError(Kafka2pcError):
+    """Recovery cannot tell what to do with the stored transaction; nothing was changed. After checking, an operator
+    may call :meth:`DualWriter.resolve`."""
+
+
+class DualWriteOutcomeUnknownError(Kafka2pcError):
+    """The database commit failed in a way that leaves its outcome unknown (a lost connection): the Kafka
+    transaction stays prepared; :meth:`DualWriter.recover` on a working connection commits or aborts it by what the
+    database holds."""
+
+
+class DualWriteIncompleteError(Kafka2pcError):
+    """The database committed, completing the Kafka transaction failed: it is decided and stays prepared;
+    :meth:`DualWriter.recover` (this writer or a successor) commits it. Do not write it again."""
+
+
+class DualWriteTransaction:
+    """The inside of ``with writer.transaction() as tx``: ``tx.cursor`` for the database, ``tx.produce`` for Kafka."""
+
+    def __init__(self, cursor: Any, producer: TwoPhaseProducer):
+        self.cursor = cursor
+        self._producer = producer
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
+                headers: Sequence[Header] | Mapping[str, bytes | None] | None = None) -> None:
+        """Add a record to the Kafka transaction (TwoPhaseProducer.produce's arguments)."""
+        self._producer.produce(topic, value, key, partition, headers)
+
+
+class DualWriter:
+    """Commits a DB-API connection's transaction and a Kafka transaction atomically, under one transactional id.
+
+    ``config`` is a TwoPhaseProducer configuration (``bootstrap.servers``, ``transactional.id``, ...). One writer
+    per transactional id at a time: a second one with the same id fences the first (in Kafka, and in the database
+    through the state row's owner)."""
+
+    def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
+                 state_table: str = "kafka2pc_dual_write_state"):
+        self.transactional_id = str(config.get("transactional.id") or "")
+        if not self.transactional_id:
+            raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
+        self._table = StateTable(connection, state_table)
+        self._producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
+        self._client = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
+                                     bootstrap_timeout_s=self._producer_config.max_block_ms / 1000,
+                                     client_id=f"kafka2pc-{self.transactional_id}")
+        self._producer = TwoPhaseProducer(config, two_phase_commit=two_phase_commit, cluster=self._client)
+        self._owner = uuid.uuid4().hex
+        self._recovered = False
+        self._table.ensure()
+
+    @property
+    def connection(self) -> Any:
+        """The DB-API connection."""
+        return self._table.connection
+
+    @property
+    def two_phase_commit_active(self) -> bool:
+        """Whether Kafka prepared transactions are free of the broker's timeout (see TwoPhaseProducer)."""
+        return self._producer.two_phase_commit_active
+
+    def recover(self) -> None:
+        """Settle what a crashed predecessor with this transactional id left, then own the id (fencing any other
+        writer with it). Holds the state row while it runs: a live predecessor's transaction finishes first."""
+        table, control = self._table, TransactionControl(self._client)
+        stored = table.begin_locked(self.transactional_id)
+        try:
+            observed = control.describe(self.transactional_id)
+            plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase)
+            if plan.problem is not None:
+                raise DualWriteRecoveryError(f"{self.transactional_id!r}: {plan.problem}. Nothing was changed; after "
+                                             "checking the topic, DualWriter.resolve(reason) clears the row")
+            if plan.abort is not None:
+                control.abort_ongoing(self.transactional_id, producer_id=plan.abort.producer_id)
+                log.info("%r: aborted %s, which the database never committed", self.transactional_id, plan.abort)
+            if plan.commit is not None:
+                try:
+                    control.commit(self.transactional_id, plan.commit)
+                except TransactionLostError as exc:
+                    raise DualWriteRecoveryError(f"{self.transactional_id!r}: the database committed Kafka "
+                                                 f"transaction {plan.commit}, which Kafka can no longer commit: "
+                                                 f"{exc}") from exc
+                log.info("%r: committed %s, which the database had committed", self.transactional_id, plan.commit)
+            self._producer.init_transactions()
+            table.write(self.transactional_id, owner=self._owner, completed=True)
+            self.connection.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.connection.rollback()
+            raise
+        self._recovered = True
+
+    def resolve(self, reason: str) -> None:
+        """Operator action after a DualWriteRecoveryError: mark the stored transaction handled (``reason`` logged)."""
+        if not reason.strip():
+            raise ValueError("a resolution needs a reason")
+        self._table.begin_locked(self.transactional_id)
+        self._table.write(self.transactional_id, completed=True)
+        self.connection.commit()
+        log.warning("%r: stored transaction marked handled by an operator: %s", self.transactional_id, reason)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[DualWriteTransaction]:
+        """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
+        inside rolls both back and is re-raised."""
+        if not self._recovered:
+            self.recover()
+        table, producer = self._table, self._producer
+        stored = table.begin_locked(self.transactional_id)
+        if stored.owner != self._owner:
+            self.connection.rollback()
+            raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
+                                      "this one): this writer is fenced")
+        try:
+            producer.begin_transaction()
+            yield DualWriteTransaction(self.connection.cursor(), producer)
+            prepared = producer.prepare_transaction()
+            table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
+                        completed=False)
+        except BaseException:
+            self._roll_back_both()
+            raise
+        self._commit_database(prepared)
+        try:
+            producer.complete_transaction(prepared)
+        except Exception as exc:
+            raise DualWriteIncompleteError(f"{self.transactional_id!r}: the database committed; completing Kafka "
+                                           f"transaction {prepared} failed ({exc}); recover() commits it") from exc
+
+    def _commit_database(self, prepared: Any) -> None:
+        try:
+            self.connection.commit()
+        except Exception as exc:
+            if self._table.is_definite_failure(exc) or self._committed_elsewhere_not(prepared):
+                self._roll_back_both()
+                raise
+            raise DualWriteOutcomeUnknownError(f"{self.transactional_id!r}: the database commit's outcome is unknown "
+                                               f"({exc}); Kafka transaction {prepared} stays prepared until recover() "
+                                               "on a working connection settles it") from exc
+
+    def _committed_elsewhere_not(self, prepared: Any) -> bool:
+        """After a failed commit, on a connection still usable: True if the row shows the commit did not happen."""
+        try:
+            self.connection.rollback()
+            row = self._table.read(self.transactional_id)
+        except Exception:  # the connection is gone: unknown
+            return False
+        return row is not None and row.prepared != prepared
+
+    def _roll_back_both(self) -> None:
+        with contextlib.suppress(Exception):
+            self.connection.rollback()
+        try:
+            self._producer.abort_transaction()
+        except Kafka2pcError as exc:
+            log.warning("%r: could not abort the Kafka transaction (%s); recover() aborts it", self.transactional_id,
+                        exc)
+
+    def close(self) -> None:
+        """Mark the last transaction complete in the row (so a long-idle id that the broker expires recovers
+        cleanly), and release the producer and connections (not the DB connection, which the caller owns)."""
+        with contextlib.suppress(Exception):
+            if self._recovered and not self._table.in_transaction():
+                stored = self._table.begin_locked(self.transactional_id)
+                if stored.owner == self._owner:
+                    self._table.write(self.transactional_id, completed=True)
+                self.connection.commit()
+        self._producer.close()
+        self._client.close()
+
+    def __enter__(self) -> DualWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

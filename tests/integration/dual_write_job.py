@@ -1,0 +1,80 @@
+"""A dual-write order service for the kill tests: writes orders ``first .. first + count - 1`` (a DB row and a Kafka
+record each, one dual-write transaction per order) and SIGKILLs itself at order ``kill_at`` in failure mode MODE:
+
+    a: inside the block, after the row and the record (nothing prepared, nothing committed)
+    b: Kafka prepared, before the database commit
+    c: after the database commit, before Kafka's completion
+    d: after the whole transaction
+
+    python dual_write_job.py DB BOOTSTRAP TOPIC TRANSACTIONAL_ID FIRST COUNT KILL_AT MODE
+
+DB is ``sqlite:PATH`` or a libpq connection string. The connection is a subclass of the driver's own class (its
+commit kills the process where the mode says), as an application's may be."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import sys
+
+from kafka2pc.dualwrite import DualWriter
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Killing:
+    """Mixed into a connection class: commit() kills the process before or after committing when armed."""
+
+    arm: str | None = None
+
+    def commit(self) -> None:
+        if self.arm == "b":
+            die()
+        super().commit()  # type: ignore[misc]
+        if self.arm == "c":
+            die()
+
+
+class KillingSqlite(Killing, sqlite3.Connection):
+    pass
+
+
+def connect(db: str):
+    if db.startswith("sqlite:"):
+        return sqlite3.connect(db.removeprefix("sqlite:"), factory=KillingSqlite, timeout=30)
+    import psycopg  # noqa: PLC0415
+
+    class KillingPostgres(Killing, psycopg.Connection):
+        pass
+
+    return KillingPostgres.connect(db)
+
+
+def main() -> int:
+    db, bootstrap, topic, transactional_id = sys.argv[1:5]
+    first, count, kill_at = map(int, sys.argv[5:8])
+    mode = sys.argv[8]
+    connection = connect(db)
+    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    writer.recover()
+    insert = "INSERT INTO orders (id, amount) VALUES (?, ?)" if db.startswith("sqlite:") else \
+        "INSERT INTO orders (id, amount) VALUES (%s, %s)"
+    for order in range(first, first + count):
+        with writer.transaction() as tx:
+            tx.cursor.execute(insert, (order, order % 100))
+            tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
+            if order == kill_at:
+                if mode == "a":
+                    die()
+                connection.arm = mode if mode in ("b", "c") else None
+        if order == kill_at and mode == "d":
+            die()
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""DualWriter on real databases (SQLite files, a PostgreSQL server) and a real Kafka 4.4.0 broker: writer processes
+SIGKILLed in each of the four failure modes and recovered by a successor, errors inside and at the end of the block,
+fencing, a terminated PostgreSQL backend, and a state row naming a transaction the broker does not have.
+
+After every recovery the order ids committed in the database must equal the keys a read_committed consumer sees."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka2pc.dualwrite import DualWriter, DualWriteRecoveryError
+from kafka2pc.errors import Kafka2pcError, ProducerFencedError, RecordTooLargeError
+from kafka2pc.testing.proxy import FaultProxy
+from kafka2pc.testing.verify import read_records
+
+psycopg = pytest.importorskip("psycopg")
+
+pytestmark = pytest.mark.integration
+JOB = Path(__file__).with_name("dual_write_job.py")
+KILLS_PER_MODE = int(os.environ.get("KAFKA2PC_DUAL_WRITE_KILLS", "3"))
+
+
+class Database:
+    """One test's database: a SQLite file, or a PostgreSQL schema of its own."""
+
+    def __init__(self, url: str, connect: Callable[[], Any], placeholder: str):
+        self.url, self.connect, self.placeholder = url, connect, placeholder
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", self.placeholder)
+
+    def ids(self) -> list[int]:
+        connection = self.connect()
+        try:
+            return [row[0] for row in connection.cursor().execute("SELECT id FROM orders ORDER BY id").fetchall()]
+        finally:
+            connection.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request, tmp_path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        path = tmp_path / "app.db"
+        db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
+    else:
+        dsn = request.getfixturevalue("postgres_dsn")
+        schema = f"s_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {schema}")
+        scoped = f"{dsn} options='-c search_path={schema}'"
+        db = Database(scoped, lambda: psycopg.connect(scoped), "%s")
+    connection = db.connect()
+    connection.cursor().execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)")
+    connection.commit()
+    connection.close()
+    yield db
+
+
+def kafka_keys(bootstrap: str, topic: str) -> list[int]:
+    return sorted(int(r.key) for r in read_records(bootstrap, topic))
+
+
+def recover(db: Database, bootstrap: str, transactional_id: str) -> None:
+    connection = db.connect()
+    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    try:
+        writer.recover()
+    finally:
+        writer.close()
+        connection.close()
+
+
+@pytest.mark.timeout(600)
+def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
+    rng = random.Random(int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
+    rounds = [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)]
+    rng.shuffle(rounds)
+    first, kills = 0, collections.Counter()
+    for mode in rounds:
+        count = rng.randint(3, 8)
+        kill_at = first + rng.randrange(count)
+        job = subprocess.run([sys.executable, str(JOB), database.url, bootstrap, topic, transactional_id, str(first),
+                              str(count), str(kill_at), mode], capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert job.returncode == -9, job.stderr[-3000:]
+        kills[mode] += 1
+        recover(database, bootstrap, transactional_id)
+        db_ids, keys = database.ids(), kafka_keys(bootstrap, topic)
+        assert db_ids == keys, f"mode {mode}, order {kill_at}: DB {db_ids} != Kafka {keys}"
+        # the killed order is in both exactly when the database committed it (modes c and d)
+        assert (kill_at in db_ids) == (mode in "cd")
+        first += count
+    print(f"\n{sum(kills.values())} kills {dict(sorted(kills.items()))}: DB ids == Kafka keys after each recovery "
+          f"({len(database.ids())} orders)")
+
+
+def writer_for(db: Database, bootstrap: str, transactional_id: str | None = None) -> tuple[DualWriter, Any]:
+    connection = db.connect()
+    writer = DualWriter(connection, {"bootstrap.servers": bootstrap,
+                                     "transactional.id": transactional_id or f"w-{uuid.uuid4().hex[:6]}"})
+    writer.recover()
+    return writer, connection
+
+
+def test_a_db_error_inside_or_at_the_end_of_the_block_rolls_both_back(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    writer, _ = writer_for(database, bootstrap)
+    insert = database.sql("INSERT INTO orders (id, amount) VALUES (?, ?)")
+    with writer.transaction() as tx:
+        tx.cursor.execute(insert, (1, 1))
+        tx.produce(topic, value=b"1", key=b"1")
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"), writer.transaction() as tx:
+        tx.produce(topic, value=b"2", key=b"2")
+        tx.cursor.execute(insert, (1, 2))  # a constraint violation inside the block
+    with pytest.raises(Exception, match=r"(?i)null"), writer.transaction() as tx:
+        tx.produce(topic, value=b"3", key=b"3")
+        tx.cursor.execute(insert, (3, None))
+    with writer.transaction() as tx:  # the writer carries on
+        tx.cursor.execute(insert, (4, 4))
+        tx.produce(topic, value=b"4", key=b"4")
+    writer.close()
+    assert database.ids() == kafka_keys(bootstrap, topic) == [1, 4]
+
+
+def test_a_kafka_error_rolls_both_back(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, config={"max.message.bytes": "2000"})
+    writer, _ = writer_for(database, bootstrap)
+    insert = database.sql("INSERT INTO orders (id, amount) VALUES (?, ?)")
+    with pytest.raises(RecordTooLargeError), writer.transaction() as tx:
+        tx.cursor.execute(insert, (1, 1))
+        tx.produce(topic, value=b"x" * 5000, key=b"1")
+    with writer.transaction() as tx:
+        tx.cursor.execute(insert, (2, 2))
+        tx.produce(topic, value=b"2", key=b"2")
+    writer.close()
+    assert database.ids() == kafka_keys(bootstrap, topic) == [2]
+
+
+def test_a_broker_gone_at_the_end_of_the_block_rolls_both_back(database, kafka, topic_factory):
+    """The broker goes away inside the block (its proxy closes: open connections cut, new ones refused, as when a
+    broker process stops): preparing fails, the database rolls back, nothing is committed anywhere."""
+    topic = topic_factory(kafka)
+    proxy = FaultProxy(kafka.bootstrap_servers).start()
+    connection = database.connect()
+    writer = DualWriter(connection, {"bootstrap.servers": proxy.bootstrap_servers, "transactional.id": "gone-0",
+                                     "request.timeout.ms": 1000, "max.block.ms": 3000, "delivery.timeout.ms": 3000})
+    writer.recover()
+    with pytest.raises(Kafka2pcError), writer.transaction() as tx:
+        tx.cursor.execute(database.sql("INSERT INTO orders (id, amount) VALUES (?, ?)"), (1, 1))
+        tx.produce(topic, value=b"1", key=b"1")
+        proxy.close()
+    assert database.ids() == []
+    recover(database, kafka.bootstrap_servers, "gone-0")  # the broker back: nothing to commit, the open one aborted
+    assert database.ids() == kafka_keys(kafka.bootstrap_servers, topic) == []
+    assert open_transaction_count(kafka.bootstrap_servers, "gone-0") == 0
+
+
+def test_a_second_writer_with_the_same_id_fences_the_first(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    first, _ = writer_for(database, bootstrap, "shared-0")
+    other, _ = writer_for(database, bootstrap, "other-0")  # distinct ids share the database
+    second, _ = writer_for(database, bootstrap, "shared-0")
+    insert = database.sql("INSERT INTO orders (id, amount) VALUES (?, ?)")
+    with pytest.raises(ProducerFencedError), first.transaction() as tx:
+        tx.cursor.execute(insert, (1, 1))
+        tx.produce(topic, value=b"1", key=b"1")
+    for writer, order in ((second, 2), (other, 3)):
+        with writer.transaction() as tx:
+            tx.cursor.execute(insert, (order, order))
+            tx.produce(topic, value=b"x", key=str(order).encode())
+    assert database.ids() == kafka_keys(bootstrap, topic) == [2, 3]
+
+
+def test_a_postgres_backend_terminated_at_commit_is_settled_by_recovery(database, postgres_dsn, kafka, topic_factory):
+    if database.placeholder != "%s":
+        pytest.skip("PostgreSQL only")
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    writer, connection = writer_for(database, bootstrap, "terminated-0")
+    backend = connection.info.backend_pid
+    with pytest.raises(Exception), writer.transaction() as tx:  # noqa: B017 - the driver's own error
+        tx.cursor.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (1, 1))
+        tx.produce(topic, value=b"1", key=b"1")
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    recover(database, bootstrap, "terminated-0")
+    assert database.ids() == kafka_keys(bootstrap, topic) == []
+    assert open_transaction_count(bootstrap, "terminated-0") == 0
+
+
+def open_transaction_count(bootstrap: str, transactional_id: str) -> int:
+    from kafka2pc.cluster_client import ClusterClient  # noqa: PLC0415
+    from kafka2pc.config import ClientConfig  # noqa: PLC0415
+    from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
+
+    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
+        observed = TransactionControl(client).describe(transactional_id)
+    return int(observed is not None and observed.state == "Ongoing")
+
+
+def test_a_state_row_naming_a_transaction_the_broker_does_not_have_is_a_clear_error(database, kafka, topic_factory):
+    bootstrap = kafka.bootstrap_servers
+    writer, connection = writer_for(database, bootstrap, "forgotten-0")
+    writer.close()
+    connection.close()
+    connection = database.connect()
+    connection.cursor().execute(database.sql(
+        "UPDATE kafka2pc_dual_write_state SET prepared_state = ?, transaction_version = 2, completed = 0, "
+        "two_phase = 1 WHERE transactional_id = ?"), ("987654:3", "forgotten-0"))
+    connection.commit()
+    successor = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": "forgotten-0"})
+    with pytest.raises(DualWriteRecoveryError, match="cannot be confirmed"):
+        successor.recover()
+    with pytest.raises(DualWriteRecoveryError):  # nothing silently dropped: a transaction() refuses too
+        successor.transaction().__enter__()
+    successor.resolve("checked by hand: order 41 is on the topic")
+    successor.recover()
+    successor.close()
