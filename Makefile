@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars lint test demo bench bench-spark bench-recovery chaos clean
+.PHONY: setup jars postgres lint test demo bench bench-spark bench-dual-write bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -23,12 +23,18 @@ jars: setup
 	$(PY) -m kafka2pc.testing.jars
 	$(PY) -m kafka2pc.testing.spark jars
 
+# The dual-write tests need a PostgreSQL server's binaries (the tests start and stop it; it runs as nobody).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$KAFKA2PC_POSTGRES_DSN" ] || { \
+	  echo "installing PostgreSQL's server (Debian: apt-get install postgresql)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 lint: setup
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
 
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow.
-test: jars lint
+test: jars postgres lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: jars
@@ -41,6 +47,10 @@ bench: jars
 # The kafka2pc Spark sink against Spark's own Kafka sink (rows/s), and the driver's 2PC time per micro-batch.
 bench-spark: jars
 	$(PY) benchmarks/spark_sink.py
+
+# Dual write against a DB-only transaction and the outbox pattern's write side, on SQLite and PostgreSQL.
+bench-dual-write: jars postgres
+	$(PY) benchmarks/dual_write.py
 
 # Sink recovery time after crashed restarts, and transactional ids held with POOLING vs INCREMENTING.
 bench-recovery: jars

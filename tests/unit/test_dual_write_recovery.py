@@ -43,3 +43,16 @@ def test_what_cannot_be_confirmed_is_a_problem_not_a_guess(observed):
 
 def test_a_completed_row_whose_own_transaction_is_open_is_a_problem():
     assert plan_recovery(R, True, seen("Ongoing"), two_phase_active=True).problem is not None
+
+
+def test_an_autocommit_connection_is_refused():
+    import sqlite3  # noqa: PLC0415
+
+    from kafka2pc.dualwrite.state_table import StateTable  # noqa: PLC0415
+    from kafka2pc.errors import ConfigError  # noqa: PLC0415
+
+    class Autocommitting(sqlite3.Connection):
+        autocommit = True
+
+    with pytest.raises(ConfigError, match="autocommit"):
+        StateTable(sqlite3.connect(":memory:", factory=Autocommitting), "state").begin_locked("id-0")

@@ -79,6 +79,9 @@ class StateTable:
     def begin_locked(self, transactional_id: str) -> StoredState:
         """Start a DB transaction holding the id's row (created if missing) until commit or rollback: writers with
         the same id serialise here; the row's state is read under the lock."""
+        if getattr(self.connection, "autocommit", False) is True:
+            raise ConfigError("connection", "is in autocommit mode: a dual write needs the connection's transactions "
+                                            "(set autocommit = False)")
         if self.in_transaction():
             raise ConfigError("connection", "has an open transaction: commit or roll back before a dual-write "
                                             "transaction (its rows would be committed with it)")
