@@ -102,6 +102,12 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         if txn is None or txn.fate != "aborted":
             self.decided.add(identity)
 
+    def _stored_may_be_open(self) -> bool:
+        if self.stored.is_empty:
+            return False
+        identity = ProducerIdentity.of(self.stored)
+        return any(t.identity == identity and t.fate is None for t in self.model.txns)
+
     def _open_txn(self) -> Txn | None:
         meta = self.model.ids.get(TXN_ID)
         return meta.txn if meta is not None and meta.state == ONGOING else None
@@ -110,7 +116,13 @@ class ProducerAgainstModel(RuleBasedStateMachine):
 
     @rule(keep=st.booleans())
     def start(self, keep: bool) -> None:
-        """A new process: the old one (if any) is gone without closing; recover with the stored decision."""
+        """A new process: the old one (if any) is gone without closing; recover with the stored decision.
+
+        The application's contract (docs/producer.md): a process whose store holds a decided transaction that may
+        still be open recovers with ``keep_prepared_txn=True``; ``keep_prepared_txn=False`` aborts whatever is open
+        on the id, as KIP-939 specifies, so it is only the choice of an application with nothing decided."""
+        if not keep and self._stored_may_be_open():
+            keep = True
         if self.producer is not None:
             self.replaced = [self.producer, *self.replaced][:2]
         producer = self.producer = self._new_producer()
