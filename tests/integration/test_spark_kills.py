@@ -2,7 +2,7 @@
 whole process group SIGKILLed at random moments and restarted from its checkpoint each time; then what a
 read_committed consumer sees must be every input record exactly once, with nothing pinning the LSO.
 
-The default suite kills 6 times (the ≥ 10-kill runs are `KAFKA2PC_SPARK_KILLS=10` and `make chaos`); ``KAFKA2PC_SPARK_KILLS`` raises it (``make chaos`` runs 30) and
+The default suite kills 6 times; ``KAFKA2PC_SPARK_KILLS`` raises it (``make chaos`` runs 30) and
 ``KAFKA2PC_SPARK_KILL_SEED`` replays a run (the seed is printed)."""
 
 from __future__ import annotations
