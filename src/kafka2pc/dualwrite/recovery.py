@@ -3,57 +3,62 @@
 
 The database's commit is the commit point: a prepared state in the row is a transaction the database committed, so
 it is committed in Kafka; any other open transaction of the id was never committed in the database and is aborted.
-A writer begins a Kafka transaction only after completing its previous one, and a successor recovers before it
-writes, so a stored transaction the id has moved past was committed — when prepared transactions cannot time out
-(two-phase commit active). Anything else is reported, never guessed."""
+A writer begins a Kafka transaction only after completing its previous one (after an unfinished one it recovers
+first), and a successor recovers before it writes, so an open transaction that is not the stored one means the
+stored one was completed, and a stored transaction the id has moved past was committed — when prepared
+transactions cannot time out (two-phase commit active). Anything else is reported, never guessed."""
 
 from __future__ import annotations
 
 import attrs
 
 from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
-from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.prepared_state import MAX_EPOCH, PreparedTxnState
+
+#: a stored transaction at this epoch or later may be the last before the producer id rotated (a v1 producer bumps
+#: twice between transactions, and the bump that would reach 32766 rotates instead)
+ROTATION_EPOCH = MAX_EPOCH - 4
 
 
 @attrs.frozen
 class RecoveryPlan:
     """The actions, in order: abort ``abort`` (an open transaction the DB never committed), commit ``commit`` (the
-    stored one, still open), then mark the row completed; or ``problem`` and nothing."""
+    stored one), then mark the row completed; or ``problem`` and nothing. ``unknown_means_committed``: if the
+    completion cannot tell the stored transaction's fate because the id moved past it, it was committed (prepared
+    with two-phase commit: no broker timeout could have aborted it)."""
 
     abort: ObservedTransaction | None = None
     commit: PreparedTxnState | None = None
-    #: the stored transaction ended before: committed (see the module docstring)
-    already_complete: bool = False
+    unknown_means_committed: bool = False
     problem: str | None = None
 
 
 def plan_recovery(stored: PreparedTxnState | None, completed: bool, observed: ObservedTransaction | None, *,
                   two_phase_active: bool) -> RecoveryPlan:
-    """Decide from the row (``stored``, ``completed``, and whether it was prepared with two-phase commit active)
-    and DescribeTransactions (``observed``; None: unknown id)."""
+    """Decide from the row (``stored``: the last transaction the database committed; ``completed``: known to be
+    complete; ``two_phase_active``: prepared with two-phase commit) and DescribeTransactions (``observed``; None:
+    the coordinator does not know the id)."""
     pending = observed if observed is not None and observed.state == ONGOING else None
-    if stored is None or completed:
-        if pending is not None and (stored is None or pending.identity != _identity(stored)):
-            return RecoveryPlan(abort=pending)
-        if pending is not None:  # the completed row's own transaction open again cannot happen: report it
-            return RecoveryPlan(problem=f"the row says {stored} is complete, yet the coordinator reports {observed}")
+    if stored is None:
+        return RecoveryPlan(abort=pending)
+    if pending is not None:
+        if pending.identity == _identity(stored):
+            return RecoveryPlan(commit=stored)  # the DB committed it and Kafka has it open: mode (c)
+        # never committed by the DB (modes a, b); the stored one was completed before it began, whatever producer
+        # id it has (a rotation on epoch exhaustion included)
+        return RecoveryPlan(abort=pending)
+    if completed:
         return RecoveryPlan()
     if observed is None:
         return RecoveryPlan(problem=f"the database committed Kafka transaction {stored}, but the coordinator no longer "
                                     "knows the transactional id (expired, or another cluster): whether Kafka "
                                     "committed it cannot be confirmed")
-    if observed.producer_id != stored.producer_id:
+    if observed.producer_id != stored.producer_id and stored.epoch < ROTATION_EPOCH:
+        # not a rotation on epoch exhaustion: the id was re-created since (expired and reused, another cluster)
         return RecoveryPlan(problem=f"the database committed Kafka transaction {stored}, but the coordinator holds "
-                                    f"another producer id ({observed}): whether Kafka committed it cannot be confirmed")
-    if pending is not None and pending.epoch == stored.epoch:
-        return RecoveryPlan(commit=stored)
-    if observed.epoch < stored.epoch:
-        return RecoveryPlan(problem=f"the coordinator reports {observed}, older than the stored {stored}")
-    abort = pending
-    if not two_phase_active:
-        # the broker may have aborted it on its timeout: the completion's own judgement decides (commit() reports)
-        return RecoveryPlan(abort=abort, commit=stored)
-    return RecoveryPlan(abort=abort, already_complete=True)
+                                    f"another producer id ({observed}) without an exhausted epoch to explain it: "
+                                    "whether Kafka committed it cannot be confirmed")
+    return RecoveryPlan(commit=stored, unknown_means_committed=two_phase_active)
 
 
 def _identity(state: PreparedTxnState) -> ProducerIdentity:

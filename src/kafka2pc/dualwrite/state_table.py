@@ -30,15 +30,17 @@ class StoredState:
     completed: bool
     #: it was prepared with two-phase commit active (no broker timeout could abort it)
     two_phase: bool = False
+    #: a random token each dual-write transaction writes: reading it back tells whether that transaction committed
+    token: str | None = None
 
 
-_COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase"
+_COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase, txn_token"
 
 
 def _stored(row: Sequence[Any]) -> StoredState:
-    owner, prepared, version, completed, two_phase = row
+    owner, prepared, version, completed, two_phase, token = row
     state = PreparedTxnState.parse(prepared, transaction_version=version) if prepared else None
-    return StoredState(owner, state, bool(completed), bool(two_phase))
+    return StoredState(owner, state, bool(completed), bool(two_phase), token)
 
 
 def _driver_module(connection: Any) -> Any:
@@ -73,7 +75,8 @@ class StateTable:
         cursor = self.connection.cursor()
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (transactional_id VARCHAR(249) PRIMARY KEY, "
                        "owner VARCHAR(64), prepared_state VARCHAR(64), transaction_version INTEGER, "
-                       "completed INTEGER NOT NULL DEFAULT 1, two_phase INTEGER NOT NULL DEFAULT 0)")
+                       "completed INTEGER NOT NULL DEFAULT 1, two_phase INTEGER NOT NULL DEFAULT 0, "
+                       "txn_token VARCHAR(32))")
         self.connection.commit()
 
     def begin_locked(self, transactional_id: str) -> StoredState:
@@ -96,8 +99,9 @@ class StateTable:
         return _stored(cursor.fetchone())
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
-              two_phase: bool = False, completed: bool) -> None:
-        """Update the row inside the current transaction (``owner``/``prepared`` only when given)."""
+              two_phase: bool = False, token: str | None = None, completed: bool) -> None:
+        """Update the row inside the current transaction (``owner``, ``prepared``, ``token`` only when given; an
+        empty prepared state, of a transaction that produced nothing, is stored as none)."""
         sets: list[str] = ["completed = ?"]
         values: list[object] = [1 if completed else 0]
         if owner is not None:
@@ -105,7 +109,11 @@ class StateTable:
             values.append(owner)
         if prepared is not None:
             sets += ["prepared_state = ?", "transaction_version = ?", "two_phase = ?"]
-            values += [str(prepared), prepared.transaction_version, 1 if two_phase else 0]
+            values += [None if prepared.is_empty else str(prepared), prepared.transaction_version,
+                       1 if two_phase else 0]
+        if token is not None:
+            sets.append("txn_token = ?")
+            values.append(token)
         self.connection.cursor().execute(
             self._sql(f"UPDATE {self.table} SET {', '.join(sets)} WHERE transactional_id = ?"),
             (*values, transactional_id))

@@ -21,7 +21,9 @@ from kafka2pc.errors import (
     Kafka2pcError,
     ProducerFencedError,
     TransactionLostError,
+    TransactionOutcomeUnknownError,
 )
+from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer import TwoPhaseProducer
 from kafka2pc.producer_config import PRODUCER_KEYS, ProducerConfig
 from kafka2pc.records import Header
@@ -42,8 +44,9 @@ class DualWriteOutcomeUnknownError(Kafka2pcError):
 
 
 class DualWriteIncompleteError(Kafka2pcError):
-    """The database committed, completing the Kafka transaction failed: it is decided and stays prepared;
-    :meth:`DualWriter.recover` (this writer or a successor) commits it. Do not write it again."""
+    """The database committed, completing the Kafka transaction failed: it is decided and stays prepared; the
+    writer's next ``transaction()`` (or :meth:`DualWriter.recover`, or a successor's) commits it first. Do not write
+    it again."""
 
 
 class DualWriteTransaction:
@@ -64,22 +67,35 @@ class DualWriter:
 
     ``config`` is a TwoPhaseProducer configuration (``bootstrap.servers``, ``transactional.id``, ...). One writer
     per transactional id at a time: a second one with the same id fences the first (in Kafka, and in the database
-    through the state row's owner)."""
+    through the state row's owner). ``transport`` replaces the network (a coordinator model, in tests)."""
 
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
-                 state_table: str = "kafka2pc_dual_write_state"):
+                 state_table: str = "kafka2pc_dual_write_state", transport: Any = None):
         self.transactional_id = str(config.get("transactional.id") or "")
         if not self.transactional_id:
             raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
         self._table = StateTable(connection, state_table)
-        self._producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
-        self._client = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
-                                     bootstrap_timeout_s=self._producer_config.max_block_ms / 1000,
-                                     client_id=f"kafka2pc-{self.transactional_id}")
-        self._producer = TwoPhaseProducer(config, two_phase_commit=two_phase_commit, cluster=self._client)
+        self._config, self._two_phase_commit = dict(config), two_phase_commit
+        producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
+        self._client: ClusterClient | None = None
+        if transport is None:
+            self._client = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
+                                         bootstrap_timeout_s=producer_config.max_block_ms / 1000,
+                                         client_id=f"kafka2pc-{self.transactional_id}")
+        self._transport = transport
+        self._producer = self._new_producer()
         self._owner = uuid.uuid4().hex
-        self._recovered = False
+        #: True until a recovery has settled the id, and again from a database commit until Kafka's completion
+        self._needs_recovery = True
         self._table.ensure()
+
+    def _new_producer(self) -> TwoPhaseProducer:
+        if self._client is not None:
+            return TwoPhaseProducer(self._config, two_phase_commit=self._two_phase_commit, cluster=self._client)
+        return TwoPhaseProducer(self._config, two_phase_commit=self._two_phase_commit, transport=self._transport)
+
+    def _control(self) -> TransactionControl:
+        return TransactionControl(self._client if self._client is not None else self._transport)
 
     @property
     def connection(self) -> Any:
@@ -92,9 +108,12 @@ class DualWriter:
         return self._producer.two_phase_commit_active
 
     def recover(self) -> None:
-        """Settle what a crashed predecessor with this transactional id left, then own the id (fencing any other
-        writer with it). Holds the state row while it runs: a live predecessor's transaction finishes first."""
-        table, control = self._table, TransactionControl(self._client)
+        """Settle what a crashed predecessor (or this writer's own unfinished transaction) left on this
+        transactional id, then own the id, fencing any other writer with it. Holds the state row while it runs: a
+        live predecessor's transaction finishes first. ``transaction()`` runs it whenever it is needed."""
+        table, control = self._table, self._control()
+        self._producer.close()  # in whatever state: a prepared transaction stays open for the decision below
+        self._producer = self._new_producer()
         stored = table.begin_locked(self.transactional_id)
         try:
             observed = control.describe(self.transactional_id)
@@ -106,13 +125,7 @@ class DualWriter:
                 control.abort_ongoing(self.transactional_id, producer_id=plan.abort.producer_id)
                 log.info("%r: aborted %s, which the database never committed", self.transactional_id, plan.abort)
             if plan.commit is not None:
-                try:
-                    control.commit(self.transactional_id, plan.commit)
-                except TransactionLostError as exc:
-                    raise DualWriteRecoveryError(f"{self.transactional_id!r}: the database committed Kafka "
-                                                 f"transaction {plan.commit}, which Kafka can no longer commit: "
-                                                 f"{exc}") from exc
-                log.info("%r: committed %s, which the database had committed", self.transactional_id, plan.commit)
+                self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
             table.write(self.transactional_id, owner=self._owner, completed=True)
             self.connection.commit()
@@ -120,7 +133,21 @@ class DualWriter:
             with contextlib.suppress(Exception):
                 self.connection.rollback()
             raise
-        self._recovered = True
+        self._needs_recovery = False
+
+    def _commit_stored(self, control: TransactionControl, stored: PreparedTxnState, *,
+                       unknown_means_committed: bool) -> None:
+        try:
+            control.commit(self.transactional_id, stored)
+        except TransactionLostError as exc:
+            raise DualWriteRecoveryError(f"{self.transactional_id!r}: the database committed Kafka transaction "
+                                         f"{stored}, which Kafka can no longer commit: {exc}") from exc
+        except TransactionOutcomeUnknownError as exc:
+            if not unknown_means_committed:
+                raise DualWriteRecoveryError(f"{self.transactional_id!r}: the database committed Kafka transaction "
+                                             f"{stored}, prepared without two-phase commit; its fate cannot be known "
+                                             f"now ({exc})") from exc
+            log.debug("%r: %s was completed before (%s)", self.transactional_id, stored, exc)
 
     def resolve(self, reason: str) -> None:
         """Operator action after a DualWriteRecoveryError: mark the stored transaction handled (``reason`` logged)."""
@@ -135,7 +162,7 @@ class DualWriter:
     def transaction(self) -> Iterator[DualWriteTransaction]:
         """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
         inside rolls both back and is re-raised."""
-        if not self._recovered:
+        if self._needs_recovery:
             self.recover()
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
@@ -143,41 +170,53 @@ class DualWriter:
             self.connection.rollback()
             raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
                                       "this one): this writer is fenced")
+        token = uuid.uuid4().hex
         try:
             producer.begin_transaction()
             yield DualWriteTransaction(self.connection.cursor(), producer)
             prepared = producer.prepare_transaction()
             table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
-                        completed=False)
+                        token=token, completed=False)
         except BaseException:
             self._roll_back_both()
             raise
-        self._commit_database(prepared)
+        self._needs_recovery = True  # from here only the database's answer (or a recovery) decides
+        self._commit_database(prepared, token)
         try:
             producer.complete_transaction(prepared)
         except Exception as exc:
             raise DualWriteIncompleteError(f"{self.transactional_id!r}: the database committed; completing Kafka "
-                                           f"transaction {prepared} failed ({exc}); recover() commits it") from exc
+                                           f"transaction {prepared} failed ({exc}); the writer's next transaction() "
+                                           "(or recover()) commits it first") from exc
+        self._needs_recovery = False
 
-    def _commit_database(self, prepared: Any) -> None:
+    def _commit_database(self, prepared: PreparedTxnState, token: str) -> None:
         try:
             self.connection.commit()
         except Exception as exc:
-            if self._table.is_definite_failure(exc) or self._committed_elsewhere_not(prepared):
+            committed = self._read_back(token)
+            if committed is True:
+                log.warning("%r: the database reported %r at commit, yet the commit landed", self.transactional_id,
+                            exc)
+                return
+            if committed is False or self._table.is_definite_failure(exc):
                 self._roll_back_both()
+                self._needs_recovery = False
                 raise
             raise DualWriteOutcomeUnknownError(f"{self.transactional_id!r}: the database commit's outcome is unknown "
                                                f"({exc}); Kafka transaction {prepared} stays prepared until recover() "
                                                "on a working connection settles it") from exc
 
-    def _committed_elsewhere_not(self, prepared: Any) -> bool:
-        """After a failed commit, on a connection still usable: True if the row shows the commit did not happen."""
+    def _read_back(self, token: str) -> bool | None:
+        """After a failed commit: whether it landed (the row holds this transaction's token); None if the
+        connection cannot tell."""
         try:
-            self.connection.rollback()
+            with contextlib.suppress(Exception):
+                self.connection.rollback()
             row = self._table.read(self.transactional_id)
-        except Exception:  # the connection is gone: unknown
-            return False
-        return row is not None and row.prepared != prepared
+        except Exception:
+            return None
+        return row is not None and row.token == token
 
     def _roll_back_both(self) -> None:
         with contextlib.suppress(Exception):
@@ -189,16 +228,18 @@ class DualWriter:
                         exc)
 
     def close(self) -> None:
-        """Mark the last transaction complete in the row (so a long-idle id that the broker expires recovers
-        cleanly), and release the producer and connections (not the DB connection, which the caller owns)."""
+        """Mark the last transaction complete in the row when it is (so an id the broker expires after a long idle
+        time recovers cleanly), and release the producer and the Kafka connections (not the DB connection, which
+        the caller owns). An unfinished transaction is left to the next recovery."""
         with contextlib.suppress(Exception):
-            if self._recovered and not self._table.in_transaction():
+            if not self._needs_recovery and not self._table.in_transaction():
                 stored = self._table.begin_locked(self.transactional_id)
                 if stored.owner == self._owner:
                     self._table.write(self.transactional_id, completed=True)
                 self.connection.commit()
         self._producer.close()
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
 
     def __enter__(self) -> DualWriter:
         return self
