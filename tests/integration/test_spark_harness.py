@@ -7,7 +7,6 @@ import json
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,8 @@ from kafka2pc.testing.spark_cluster import (
     pyspark_home,
 )
 from kafka2pc.testing.spark_fixtures import spark_local, spark_standalone  # noqa: F401
+
+from .spark_support import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -63,14 +64,6 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout_s:g} s")
-        time.sleep(0.2)
 
 
 def _is_pyspark_daemon(pid: int) -> bool:
@@ -137,7 +130,7 @@ def test_standalone_job_survives_executor_kill(spark_standalone: StandaloneSpark
             return len(executors) == 2 and all(len(cluster.python_worker_pids(e)) >= 2 for e in executors)
 
         # both executors run a task in a forked Python worker (daemon + worker): the job is mid-way
-        _wait_for("a Python task on both executors", every_executor_runs_python, 30)
+        wait_for("a Python task on both executors", every_executor_runs_python, 30)
         victim = executors[0]
         python_workers = cluster.python_worker_pids(victim)
         assert all(_is_pyspark_daemon(p) for p in python_workers)
@@ -161,7 +154,7 @@ def test_close_and_kill_worker_leave_no_process(tmp_path: Path) -> None:
     try:
         app_id = driver.wait_for_line(r"app_id=(\S+)", 60)[1]
         # pyspark's daemon under every executor (a fork below an executor is not the daemon until it has exec'd)
-        _wait_for("pyspark's daemon under every executor", lambda: len(cluster.executor_pids(app_id)) == 2 and all(
+        wait_for("pyspark's daemon under every executor", lambda: len(cluster.executor_pids(app_id)) == 2 and all(
             any(_is_pyspark_daemon(p) for p in cluster.python_worker_pids(e)) for e in cluster.executor_pids(app_id)),
             30)
         before = cluster.all_pids()

@@ -85,18 +85,29 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one: write a temporary file
-    in the same folder, fsync it, rename it over ``path``, fsync the folder."""
-    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+def _durable_temporary(folder: Path, data: bytes) -> Path:
+    """A new temporary file in ``folder`` holding ``data``, fsynced (removed again if writing it fails)."""
+    fd, name = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    temporary = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one: write a temporary file
+    in the same folder, fsync it, rename it over ``path``, fsync the folder."""
+    temporary = _durable_temporary(path.parent, data)
+    try:
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 
@@ -104,18 +115,14 @@ def atomic_write(path: Path, data: bytes) -> None:
 def exclusive_write(path: Path, data: bytes) -> bool:
     """Create ``path`` with ``data`` unless it exists, atomically (a hard link of a complete, fsynced temporary
     file): of two writers racing, exactly one creates it. Returns whether this call created it."""
-    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    temporary = _durable_temporary(path.parent, data)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         try:
             os.link(temporary, path)
         except FileExistsError:
             return False
     finally:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
     _fsync_dir(path.parent)
     return True
 
