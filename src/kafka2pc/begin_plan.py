@@ -7,6 +7,11 @@ Ongoing — then it aborts the transaction, whoever's it is. A fenced producer t
 successor's prepared transaction. So every bump is *guarded*: DescribeTransactions first, and the bump is sent only
 while the id is at exactly this producer's identity and in no transaction, once (a lost or busy answer is looked at
 again, never re-sent blindly). A fenced producer's begin thus sends nothing but the look, and raises.
+
+A producer without an identity of its own (recovered at the protocol level, or after completing a resumed
+transaction) takes the id over the same way: it looks, refuses an open transaction it does not hold (it may be a
+successor's, decided), and bumps the identity it saw. Only an id the coordinator does not know gets an unguarded
+InitProducerId, which has nothing to abort.
 """
 
 from __future__ import annotations
@@ -137,12 +142,37 @@ class Beginning:
         self.state: Ready | Unowned = state
         self._bumping: Bumping | None = None
         self._restarted = False
+        self._takeover_looks = 0
 
     def start(self) -> DescribeTransaction | InitProducerId | InTransaction:
         """The first command, or the open transaction when none is needed."""
         if isinstance(self.state, Unowned):
-            return self.setup.init()
+            return self._look_to_take_over()
         return self._bump(self.state)
+
+    def _look_to_take_over(self) -> DescribeTransaction:
+        if self._takeover_looks >= _LOOKS:
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r} stayed busy; "
+                                         "begin_transaction() may be retried")
+        delay = _BACKOFF_S[min(self._takeover_looks, len(_BACKOFF_S) - 1)] if self._takeover_looks else 0.0
+        self._takeover_looks += 1
+        return DescribeTransaction(after_s=delay)
+
+    def _take_over(self, answer: Described) -> DescribeTransaction | InitProducerId | InTransaction:
+        observed = answer.observed
+        if observed is None:  # unknown to the coordinator: nothing to abort
+            return self.setup.init()
+        if observed.state in IN_FLUX:
+            return self._look_to_take_over()  # an end (this producer's own, perhaps) is writing its markers
+        if observed.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            raise fenced(self.transactional_id, f"the coordinator reports {observed}, a transaction this producer "
+                                                "does not hold; no InitProducerId was sent")
+        # bump what was seen, checked by the coordinator (KIP-360): one bump takes the id over, and on v1 a second
+        # keeps "pid:epoch" unique past the id's last transaction (see fresh_bumps)
+        seen = Ready(self.setup, observed.identity, bumps_due=1 + fresh_bumps(self.setup.transaction_version))
+        self.state = seen
+        self._bumping = Bumping(self.transactional_id, seen)
+        return self._after_bumping(self._bumping.on_answer(answer))
 
     def _bump(self, ready: Ready) -> DescribeTransaction | InitProducerId | InTransaction:
         self.state = ready
@@ -159,7 +189,7 @@ class Beginning:
                                              "could not produce a usable epoch")
             self._restarted = True
             self.state, self._bumping = step, None
-            return self.setup.init()
+            return self._look_to_take_over()
         return step
 
     def on_answer(self, answer: Answer) -> DescribeTransaction | InitProducerId | InTransaction:
@@ -172,6 +202,8 @@ class Beginning:
             return self._after_bumping(step)
         if isinstance(answer, NoAnswer):
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}")
+        if isinstance(answer, Described):
+            return self._take_over(answer)
         assert isinstance(answer, InitAnswer)
         if answer.error != codes.NONE or answer.identity is None:
             raise init_error(self.transactional_id, answer.error, self.setup.timeout_ms)

@@ -330,3 +330,50 @@ def test_review2_f7_a_lost_look_before_recording_decides_nothing_and_aborts_noth
     with pytest.raises(BrokerUnavailableError, match="nothing was recorded"):
         Committer(TransactionControl(transport), FileDecisionLog(tmp_path, "app")).settle(1, offered)
     assert transport.model.open_transactions()  # still open, to be decided by a retry
+
+
+# -- found by the model-based test after issue 8 and 9 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("how", ["nothing kept", "resumed and completed"])
+def test_a_producer_without_an_identity_never_aborts_a_successors_decided_transaction(version, how):
+    """A recovers at the protocol level (keep_prepared_txn=True where the broker cannot keep, so no InitProducerId):
+    either nothing was open, or it completes the transaction it resumed. Either way it has no producer id of its own.
+    B takes the id over, prepares, and the decision is recorded. A (a zombie) begins: a fresh InitProducerId would
+    abort B's transaction. A looks first and, seeing a transaction it does not hold, sends nothing."""
+    transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
+    lingering = prepared(transport, b"lingering") if how == "resumed and completed" else None
+    a = producer(transport)
+    assert a.init_transactions(keep_prepared_txn=True) == lingering
+    if lingering is not None:
+        assert a.complete_transaction(PreparedTxnState.empty()) is TransactionOutcome.ABORTED
+    b = producer(transport)
+    b.init_transactions(keep_prepared_txn=True)
+    b.begin_transaction()
+    b.produce("t", b"decided", partition=0)
+    decided = b.prepare_transaction()
+    with pytest.raises(ProducerFencedError, match="does not hold"):
+        a.begin_transaction()
+    assert b.complete_transaction(decided) is TransactionOutcome.COMMITTED
+    assert transport.model.committed_records() == [b"decided"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_producer_without_an_identity_takes_the_id_over_with_a_guarded_bump(version):
+    """Nothing open on an id in use: A's first begin bumps the identity it looked at (KIP-360's check), so a producer
+    that took the id over in between is never overrun, and A's own transactions still commit."""
+    transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
+    earlier = producer(transport)
+    earlier.init_transactions()
+    earlier.begin_transaction()
+    earlier.produce("t", b"earlier", partition=0)
+    earlier.commit_transaction()
+    since = len(transport.sent)
+    a = producer(transport)
+    a.init_transactions(keep_prepared_txn=True)
+    a.begin_transaction()
+    a.produce("t", b"a", partition=0)
+    assert a.complete_transaction(a.prepare_transaction()) is TransactionOutcome.COMMITTED
+    inits = [c for c in transport.sent[since:] if isinstance(c, InitProducerId)]
+    assert inits and all(c.expected is not None for c in inits)
+    assert transport.model.committed_records() == [b"earlier", b"a"]

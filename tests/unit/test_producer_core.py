@@ -167,9 +167,31 @@ def bump(epoch: int, setup=V1) -> InitProducerId:
 
 def test_v1_successor_leaves_two_epochs_before_its_first_transaction():
     core = core_in(Unowned(V1))  # after a keep-prepared recovery settled the resumed transaction
-    step = exchange(core, core.begin(), InitProducerId(60_000), InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteAbort", 4), bump(4),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
                     DescribeTransaction(), looked("Empty", 5), bump(5), InitAnswer(codes.NONE, ProducerIdentity(5, 6)))
     assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 6))
+
+
+def test_a_producer_without_an_identity_starts_afresh_only_on_an_unknown_id():
+    core = core_in(Unowned(V1))
+    step = exchange(core, core.begin(), DescribeTransaction(), Described(None), InitProducerId(60_000),
+                    InitAnswer(codes.NONE, ProducerIdentity(5, 0)),
+                    DescribeTransaction(), looked("Empty", 0), bump(0), InitAnswer(codes.NONE, ProducerIdentity(5, 1)))
+    assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 1))
+
+
+@pytest.mark.parametrize("seen", ["Ongoing", "PrepareCommit"])
+def test_a_producer_without_an_identity_never_inits_over_a_transaction_it_does_not_hold(seen):
+    """An open transaction may be a successor's, decided: a fresh InitProducerId would abort it. One being ended is
+    looked at again until it settles; one that stays open means the id is another producer's."""
+    core = core_in(Unowned(V1))
+    step = core.begin()
+    if seen != "Ongoing":
+        step = exchange(core, step, DescribeTransaction(), looked(seen, 7))
+    with pytest.raises(ProducerFencedError, match="does not hold"):
+        exchange(core, step, DescribeTransaction(), looked("Ongoing", 7))
+    assert core.name is State.FATAL_ERROR
 
 
 def test_v1_producer_bumps_twice_between_its_transactions_each_after_a_look():
