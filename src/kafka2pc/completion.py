@@ -141,7 +141,8 @@ def end_version(requested: PreparedTxnState, commit: bool, cluster_version: int)
     a commit may use the cluster's — both versions commit only an ongoing transaction and refuse a finished one —
     but an abort uses v4: a v5 abort of a v1 transaction that already committed at the current epoch is accepted
     as an abort of an empty transaction (it bumps the epoch), hiding the commit. A v4 abort never bumps, so its
-    caller fences afterwards (``fence_after_abort``)."""
+    caller fences afterwards (``fence_after_abort``), and on a v2 cluster it is sent only after a look found the
+    transaction no longer ongoing (:meth:`Completion.aborting`)."""
     if requested.transaction_version is not None:
         return requested.transaction_version
     return cluster_version if commit else 1
@@ -190,7 +191,7 @@ class Completion:
     """
 
     def __init__(self, transactional_id: str, requested: PreparedTxnState, goal: Goal, transaction_version: int, *,
-                 fence_after_abort: bool = False, max_look_ups: int = 40):
+                 fence_after_abort: bool = False, look_first: bool = False, max_look_ups: int = 40):
         if requested.is_empty and goal is not Goal.LOOK_UP:
             raise ValueError("only a non-empty transaction can be committed or aborted")
         self.transactional_id = transactional_id
@@ -198,24 +199,57 @@ class Completion:
         self.goal = goal
         self.transaction_version = transaction_version
         self.fence_after_abort = fence_after_abort
+        #: abort a transaction ongoing at exactly its identity with EndTxn v5 (see :meth:`aborting`)
+        self._v5_when_ongoing = look_first and goal is Goal.ABORT
+        self._first_look = self._v5_when_ongoing
         self._look_ups_left = max_look_ups
         self._look_ups = 0
         self._ends_left = 3
         self._last_observed: ObservedTransaction | None = None
         self._fencing = False
+        self._abort_unanswered = False
+        self._awaiting = ""  # what the last command was: "end", "look" or "fence"
+        self._sent_version = transaction_version
         self._last_answer = ""
+
+    @classmethod
+    def aborting(cls, transactional_id: str, requested: PreparedTxnState, cluster_version: int, *,
+                 writer_may_live: bool) -> Completion:
+        """The abort of ``requested`` on a cluster running transaction protocol ``cluster_version``.
+        ``writer_may_live``: another process may still write ``requested`` (a resumed or listed transaction).
+
+        Such a writer must never reopen the transaction at its epoch once it is aborted (it would go on writing, and
+        could commit, a transaction missing what it wrote before). An abort that bumps the epoch (EndTxn v5) fences
+        it at once; a v4 abort is followed by a fence. Where the protocol the transaction ran under is not known and
+        the cluster runs v2, it looks first: a transaction ongoing at exactly its producer id and epoch is aborted
+        with v5 — only a finished one could be a v1 commit a v5 abort would hide — and anything else takes the v4
+        path."""
+        version = end_version(requested, False, cluster_version)
+        look_first = requested.transaction_version is None and cluster_version >= 2
+        return cls(transactional_id, requested, Goal.ABORT, version, look_first=look_first,
+                   fence_after_abort=writer_may_live and version < 2)
 
     @property
     def _identity(self) -> ProducerIdentity:
         return ProducerIdentity.of(self.requested)
 
+    @property
+    def _fences_after_abort(self) -> bool:
+        """Whether the abort just sent needs a fence: a v4 one (it does not bump) of a writer that may live."""
+        return self.goal is Goal.ABORT and self.fence_after_abort and self._sent_version < 2
+
     def _end(self) -> EndTxn:
         self._ends_left -= 1
-        return EndTxn(self._identity, self.goal is Goal.COMMIT, self.transaction_version)
+        observed = self._last_observed
+        ongoing_now = observed is not None and observed.state == ONGOING and observed.identity == self._identity
+        self._sent_version = 2 if self._v5_when_ongoing and ongoing_now else self.transaction_version
+        self._first_look = False
+        self._awaiting = "end"
+        return EndTxn(self._identity, self.goal is Goal.COMMIT, self._sent_version)
 
     def start(self) -> Command:
         """The first command."""
-        if self.goal is Goal.LOOK_UP:
+        if self.goal is Goal.LOOK_UP or self._first_look:
             return self._describe()
         return self._end()
 
@@ -226,6 +260,7 @@ class Completion:
         self._look_ups_left -= 1
         delay = _LOOK_AGAIN_S[min(self._look_ups, len(_LOOK_AGAIN_S) - 1)] if self._look_ups else 0.0
         self._look_ups += 1
+        self._awaiting = "look"
         return DescribeTransaction(after_s=delay)
 
     def on_answer(self, answer: Answer) -> Command | Settled:
@@ -235,8 +270,20 @@ class Completion:
         if isinstance(answer, EndAnswer):
             return self._after_end(answer)
         if isinstance(answer, Described):
-            self._last_observed = answer.observed
-            return self._after_look_up(judge(self.requested, answer.observed, self.requested.transaction_version))
+            self._last_observed = observed = answer.observed
+            verdict = judge(self.requested, observed, self.requested.transaction_version)
+            if self._first_look and verdict.fate is not Fate.IN_FLUX:
+                return self._end()  # v5 if it is ongoing at exactly its identity; else the v4 path, as without a look
+            if self._abort_unanswered:
+                self._abort_unanswered = False
+                if observed is not None and observed.identity == self._identity and observed.state == COMPLETE_ABORT:
+                    self._fencing = True  # the abort landed (or its writer aborted it): fence as after an answer
+                    return self._fence_step(answer)
+            return self._after_look_up(verdict)
+        if isinstance(answer, NoAnswer) and self._awaiting == "end" and self._fences_after_abort:
+            # the v4 abort may have landed: look, rather than leave a live writer free to reopen the transaction
+            self._abort_unanswered = True
+            return self._describe()
         if isinstance(answer, NoAnswer):
             raise BrokerUnavailableError(f"transaction {self.requested} of {self.transactional_id!r}: "
                                          f"{answer.reason}; whether it ended is not known yet: retry")
@@ -244,7 +291,7 @@ class Completion:
 
     def _after_end(self, answer: EndAnswer) -> Command | Settled:
         if answer.error == codes.NONE:
-            if self.goal is Goal.ABORT and self.fence_after_abort:
+            if self._fences_after_abort:
                 self._fencing = True
                 self._look_ups = 0
                 return self._describe()
@@ -264,9 +311,10 @@ class Completion:
 
     def _fence_step(self, answer: Answer) -> Command | Settled:
         """v1, after the abort: bump the aborted identity, so a zombie writer cannot reopen a transaction at it —
-        but only after looking: the bump is sent once, while the id is still at exactly that identity (aborted, or
-        reopened by the zombie at that same epoch, which the bump then aborts too); never onto a newer transaction
-        (Kafka would abort that, checking only the producer id)."""
+        but only after looking: the bump is sent while the id is still at exactly that identity (aborted, or
+        reopened by the zombie at that same epoch, which the bump then aborts too), and again only after a look
+        shows an unanswered one did not land; never onto a newer transaction (Kafka would abort that, checking only
+        the producer id)."""
         mine = self._identity
         if isinstance(answer, Described):
             self._last_observed = observed = answer.observed
@@ -274,6 +322,7 @@ class Completion:
                 if observed.state in IN_FLUX:
                     return self._describe()
                 if observed.state in (COMPLETE_ABORT, ONGOING):
+                    self._awaiting = "fence"
                     return InitProducerId(FENCE_TIMEOUT_MS, expected=mine, once=True)
                 return self._fenced(False, f"aborted; then the coordinator reported {observed}: a writer reopened "
                                            "the transaction at this epoch and ended it")
@@ -284,8 +333,10 @@ class Completion:
             if answer.error in codes.COORDINATOR_RETRIABLE:
                 return self._describe()  # busy or moved: it may have acted; look before anything else
             return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
+        if isinstance(answer, NoAnswer) and self._awaiting == "fence" and self._look_ups_left > 0:
+            return self._describe()  # it may have landed, or never arrived: look, then bump again if it did not
         if isinstance(answer, NoAnswer):
-            return self._fenced(False, f"aborted; the fencing InitProducerId got no answer: {answer.reason}")
+            return self._fenced(False, f"aborted; the fence got no answer: {answer.reason}")
         raise TypeError(f"unexpected answer {answer!r}")
 
     def _fenced(self, fenced: bool, detail: str) -> Settled:

@@ -231,11 +231,13 @@ class ProducerCore:
         else:
             raise self._illegal(operation)
         self.state = ending
-        version = end_version(ending.target, commit, ending.setup.transaction_version)
-        # a resumed transaction's writer may still be alive: after a v4 abort (no bump) it could reopen the
-        # transaction at the same epoch unless the abort is followed by a fence
-        plan = Completion(self.transactional_id, ending.target, Goal.COMMIT if commit else Goal.ABORT, version,
-                          fence_after_abort=not commit and version < 2 and ending.owner is Owner.RESUMED)
+        cluster_version = ending.setup.transaction_version
+        if commit:
+            plan = Completion(self.transactional_id, ending.target, Goal.COMMIT,
+                              end_version(ending.target, True, cluster_version))
+        else:  # a resumed transaction's writer may still be alive, and must not reopen it at the same epoch
+            plan = Completion.aborting(self.transactional_id, ending.target, cluster_version,
+                                       writer_may_live=ending.owner is Owner.RESUMED)
         self._operation = plan
         return plan.start()
 

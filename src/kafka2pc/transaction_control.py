@@ -163,8 +163,7 @@ class TransactionControl:
         """:meth:`abort` for many transactions at once."""
         recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
         return settle_all(self.transport, [
-            Completion(txn_id, state, Goal.ABORT, version := self._version_of(state, commit=False),
-                       fence_after_abort=version < 2)
+            Completion.aborting(txn_id, state, self.transaction_version, writer_may_live=True)
             for txn_id, state in recorded])
 
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
@@ -177,8 +176,7 @@ class TransactionControl:
         already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity, after
         looking that the id is still at it (``settled.fenced`` says whether that worked)."""
         transaction = self._recorded(transaction)
-        version = self._version_of(transaction, commit=False)
-        completion = Completion(transactional_id, transaction, Goal.ABORT, version, fence_after_abort=version < 2)
+        completion = Completion.aborting(transactional_id, transaction, self.transaction_version, writer_may_live=True)
         return settle(self.transport, transactional_id, completion)
 
     def abort_ongoing(self, transactional_id: str, *, producer_id: int | None = None) -> ObservedTransaction | None:

@@ -250,9 +250,20 @@ def test_review_2_the_v1_fence_after_an_abort_never_lands_on_a_newer_transaction
 def test_review_3_a_v1_fence_that_failed_is_reported_not_hidden():
     transport = cluster(1)
     lingering = prepared(transport, b"lingering")
-    transport.faults.lost_answers.extend([False, True])  # the abort's answer arrives; the fence's does not
+    transport.faults.dropped_requests.extend([False, True])  # the abort arrives; the fence does not
+    transport.faults.failed_describes.extend([False, True])  # and the look after it gets no answer
     settled = TransactionControl(transport).abort(TXN_ID, lingering)
     assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
+
+
+@pytest.mark.parametrize("fault", ["dropped_requests", "lost_answers"])
+def test_a_v1_fence_without_an_answer_is_looked_up_and_completed(fault):
+    transport = cluster(1)
+    lingering = prepared(transport, b"lingering")
+    getattr(transport.faults, fault).extend([False, True])  # the fence never arrives / its answer is lost
+    settled = TransactionControl(transport).abort(TXN_ID, lingering)
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
+    assert transport.model.ids[TXN_ID].epoch > lingering.epoch
 
 
 def test_review_8_a_stuck_decision_does_not_stop_the_rest_of_recovery(tmp_path):
@@ -377,3 +388,78 @@ def test_a_producer_without_an_identity_takes_the_id_over_with_a_guarded_bump(ve
     inits = [c for c in transport.sent[since:] if isinstance(c, InitProducerId)]
     assert inits and all(c.expected is not None for c in inits)
     assert transport.model.committed_records() == [b"earlier", b"a"]
+
+
+def _writer_carries_on(writer: TwoPhaseProducer, partition: int) -> None:
+    """The aborted transaction's writer, alive and unaware, writes on: to a partition it added before, or a new
+    one (which on protocol v1 sends AddPartitionsToTxn at its epoch)."""
+    try:
+        writer.produce("t", b"after-abort", partition=partition)
+        writer.flush()
+    except (ProducerFencedError, TransactionAbortableError):
+        pass
+
+
+@pytest.mark.parametrize("partition", [0, 1])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_resumed_abort_whose_answer_is_lost_still_fences_its_writer(version, partition):
+    """The model-based counterexample (v2, no 2PC): B resumes at the protocol level and aborts the writer A's open
+    transaction; the abort's answer is lost. Before: B stopped there, with a v4 abort (no epoch bump) and no fence,
+    so A's next write reopened a transaction at the aborted epoch: two transactions under one producer id and epoch,
+    the second missing what A wrote before it, and A could commit it."""
+    transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
+    a = producer(transport)
+    a.init_transactions()
+    a.begin_transaction()
+    a.produce("t", b"before-abort", partition=0)
+    a.flush()
+    open_identity = ProducerIdentity(*a.producer_id_and_epoch)
+    b = producer(transport)
+    assert b.init_transactions(keep_prepared_txn=True) == open_identity.state()
+    transport.faults.lost_answers.append(True)
+    try:
+        assert b.complete_transaction(PreparedTxnState.empty()) is TransactionOutcome.ABORTED
+    except BrokerUnavailableError:
+        assert version == 2  # v5's abort bumps the epoch as it ends the transaction: nothing more to send
+    _writer_carries_on(a, partition)
+    identities = [t.identity for t in transport.model.txns]
+    assert identities.count(open_identity) == 1, transport.model.txns
+    with pytest.raises((ProducerFencedError, TransactionAbortableError)):
+        a.commit_transaction()
+    assert transport.model.committed_records() == []
+
+
+@pytest.mark.parametrize("partition", [0, 1])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_listing_abort_whose_answer_is_lost_still_fences_the_writer(version, partition):
+    transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
+    a = producer(transport)
+    a.init_transactions()
+    a.begin_transaction()
+    a.produce("t", b"before-abort", partition=0)
+    a.flush()
+    listed = ProducerIdentity(*a.producer_id_and_epoch)
+    transport.faults.lost_answers.append(True)
+    control = TransactionControl(transport)
+    try:
+        assert control.abort(TXN_ID, listed.state()).outcome is TransactionOutcome.ABORTED
+    except BrokerUnavailableError:
+        assert version == 2
+    _writer_carries_on(a, partition)
+    assert [t.identity for t in transport.model.txns].count(listed) == 1, transport.model.txns
+    assert [t.fate for t in transport.model.txns] == ["aborted"]
+
+
+def test_an_abort_of_a_bare_handle_on_v2_ends_it_with_a_bump_when_it_is_ongoing():
+    transport = cluster(2)
+    a = producer(transport)
+    a.init_transactions()
+    a.begin_transaction()
+    a.produce("t", b"x", partition=0)
+    a.flush()
+    listed = ProducerIdentity(*a.producer_id_and_epoch)
+    since = len(transport.sent)
+    settled = TransactionControl(transport).abort(TXN_ID, listed.state())
+    assert settled.outcome is TransactionOutcome.ABORTED
+    assert [c for c in transport.sent[since:] if isinstance(c, EndTxn)] == [EndTxn(listed, False, 2)]
+    assert transport.model.ids[TXN_ID].epoch == listed.epoch + 1

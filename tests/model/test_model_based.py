@@ -223,8 +223,9 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         self.producer = None
 
     @precondition(lambda self: bool(self.replaced))
-    @rule(which=st.integers(0, 1), act=st.sampled_from(["begin", "produce", "prepare", "abort"]))
-    def zombie_acts(self, which: int, act: str) -> None:
+    @rule(which=st.integers(0, 1), act=st.sampled_from(["begin", "produce", "prepare", "abort"]),
+          partition=st.sampled_from([0, 1]))
+    def zombie_acts(self, which: int, act: str, partition: int = 0) -> None:
         """An earlier process that does not know it was replaced carries on. It decides nothing (deciding is the
         store's: the dual writer's database, the sink's decision log), and never aborts what it holds once that is
         decided; anything else it may try."""
@@ -236,7 +237,7 @@ class ProducerAgainstModel(RuleBasedStateMachine):
             if act == "begin":
                 zombie.begin_transaction()
             elif act == "produce":
-                zombie.produce("t", f"z{next(self.values)}".encode(), partition=0)
+                zombie.produce("t", f"z{next(self.values)}".encode(), partition=partition)  # 1: maybe a new one
                 zombie.flush()
             elif act == "prepare":
                 zombie.prepare_transaction()

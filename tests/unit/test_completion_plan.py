@@ -123,9 +123,79 @@ def test_v1_fence_never_lands_on_a_newer_transaction():
 
 
 def test_v1_fence_that_fails_is_reported():
-    _, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE),
-                     Described(ObservedTransaction("CompleteAbort", 7, 10)), NoAnswer("lost"))
+    """The fence got no answer and the look after it got none either: aborted, not known to be fenced."""
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE),
+                        Described(ObservedTransaction("CompleteAbort", 7, 10)), NoAnswer("lost"), NoAnswer("lost"))
+    assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "InitProducerId",
+                                                "DescribeTransaction"]
     assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
+
+
+@pytest.mark.parametrize(("after", "fenced", "bumps"), [
+    ("CompleteAbort", True, 2),   # the fence never arrived: bumped again, still only at exactly the aborted identity
+    ("Empty", True, 1),            # it landed (7:11): fenced, nothing more is sent
+])
+def test_v1_fence_without_an_answer_is_looked_up_before_it_is_sent_again(after, fenced, bumps):
+    aborted = Described(ObservedTransaction("CompleteAbort", 7, 10))
+    looked = Described(ObservedTransaction(after, 7, 10 if after == "CompleteAbort" else 11))
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE), aborted,
+                        NoAnswer("lost"), looked, InitAnswer(codes.NONE, ProducerIdentity(7, 11)))
+    assert sum(isinstance(c, InitProducerId) for c in sent) == bumps
+    assert all(c == InitProducerId(1000, expected=ID, once=True) for c in sent if isinstance(c, InitProducerId))
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is fenced
+
+
+@pytest.mark.parametrize(("seen", "expected"), [
+    # the abort landed: fence it, as after an answer
+    ("CompleteAbort", ["EndTxn", "DescribeTransaction", "InitProducerId"]),
+    # it never arrived: the (epoch-exact) abort again, then the fence
+    ("Ongoing", ["EndTxn", "DescribeTransaction", "EndTxn", "DescribeTransaction", "InitProducerId"]),
+])
+def test_a_v1_abort_without_an_answer_is_looked_up_and_still_fenced(seen, expected):
+    """A lost answer to a v4 abort of a transaction whose writer may live must not skip the fence: the writer
+    could otherwise reopen a transaction at the aborted epoch (model-based counterexample)."""
+    aborted = Described(ObservedTransaction("CompleteAbort", 7, 10))
+    answers = [NoAnswer("lost"), Described(ObservedTransaction(seen, 7, 10))]
+    if seen == "Ongoing":
+        answers += [EndAnswer(codes.NONE), aborted]
+    sent, last = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), *answers)
+    assert [type(c).__name__ for c in sent] == expected
+    assert all(c == EndTxn(ID, False, 1) for c in sent if isinstance(c, EndTxn))
+    assert last == InitProducerId(1000, expected=ID, once=True)
+
+
+def test_a_v1_abort_without_an_answer_and_nothing_to_look_at_raises():
+    completion = Completion("t", R, Goal.ABORT, 1, fence_after_abort=True)
+    completion.start()
+    assert isinstance(completion.on_answer(NoAnswer("lost")), DescribeTransaction)
+    with pytest.raises(BrokerUnavailableError, match="not known yet"):
+        completion.on_answer(NoAnswer("lost"))
+
+
+def test_an_abort_of_an_unrecorded_protocol_on_v2_ends_an_ongoing_transaction_with_a_bump():
+    """On a v2 cluster the abort of a bare handle looks first: ongoing at exactly its identity, it is aborted with
+    EndTxn v5, which bumps the epoch at once, so its writer cannot reopen it; no fence is needed."""
+    completion = Completion.aborting("t", R, 2, writer_may_live=True)
+    sent, settled = run(completion, Described(ObservedTransaction("Ongoing", 7, 10)),
+                        EndAnswer(codes.NONE, ProducerIdentity(7, 11)))
+    assert sent == [DescribeTransaction(), EndTxn(ID, False, 2)]
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.next_identity == ProducerIdentity(7, 11)
+
+
+@pytest.mark.parametrize("state", ["CompleteCommit", "CompleteAbort", "Empty"])
+def test_an_abort_of_an_unrecorded_protocol_on_v2_takes_the_v4_path_unless_ongoing(state):
+    """Finished at its epoch, it may be a v1 commit that a v5 abort would hide: v4, as without the look."""
+    completion = Completion.aborting("t", R, 2, writer_may_live=True)
+    sent = [completion.start(), completion.on_answer(Described(ObservedTransaction(state, 7, 10)))]
+    assert sent == [DescribeTransaction(), EndTxn(ID, False, 1)]
+
+
+def test_an_abort_of_a_recorded_protocol_sends_it_without_looking():
+    assert Completion.aborting("t", PreparedTxnState(7, 10, 2), 2, writer_may_live=True).start() == \
+        EndTxn(ID, False, 2)
+    v1 = Completion.aborting("t", PreparedTxnState(7, 10, 1), 2, writer_may_live=True)
+    assert v1.start() == EndTxn(ID, False, 1) and v1.fence_after_abort
+    assert not Completion.aborting("t", PreparedTxnState(7, 10, 1), 1, writer_may_live=False).fence_after_abort
 
 
 def test_abort_finding_it_committed_reports_committed():
