@@ -255,6 +255,48 @@ def test_resumed_transaction_commit_survives_unreachable_coordinator(broker, pro
     assert values(read_records(broker.bootstrap_servers, topic)) == [*payloads, b"after-resume"]
 
 
+def test_an_abort_whose_answers_are_lost_still_fences_the_writer(broker, proxy, direct, topic_factory):
+    """A recovery aborts a transaction whose writer is alive (LISTING, or a resumed one nothing decided), and every
+    EndTxn answer is lost. The writer must not reopen a transaction at the aborted epoch: on 4.4.0 the abort of a
+    described, ongoing transaction is EndTxn v5 (it bumps the epoch as it ends it); on 3.9.2 the v4 abort is looked up
+    and fenced all the same. Before, the abort stopped at the lost answer, unfenced, and the writer's next partition
+    opened a second transaction at that epoch, which it then committed without its first records."""
+    topic = topic_factory(broker, partitions=2)
+    txn_id = new_txn_id("lost-abort")
+    writer = two_phase_producer(broker.bootstrap_servers, txn_id)
+    try:
+        writer.init_transactions()
+        writer.begin_transaction()
+        writer.produce(topic, value=b"before-the-abort", partition=0)
+        writer.flush()
+        listed = PreparedTxnState(*writer.producer_id_and_epoch)  # what a listing or a describe reports: no protocol
+        rule = proxy.on_response(EndTxnRequest, action=DROP, times=None)
+        config = ClientConfig.from_dict({"bootstrap.servers": proxy.bootstrap_servers,
+                                         "request.timeout.ms": REQUEST_TIMEOUT_MS})
+        with ClusterClient(config) as client:
+            control = TransactionControl(client, timeout_s=5)
+            try:
+                settled = control.abort(txn_id, listed)
+                assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True, settled
+            except BrokerUnavailableError:
+                assert control.transaction_version >= 2  # v5 ended it with a bump: nothing more to send
+        assert rule.fire_count >= 1
+        proxy.remove_rule(rule)
+        state, producer_id, epoch = observed(direct, txn_id)
+        # aborted, and the epoch moved past the writer's: by the v5 abort, or by the fence (Empty after its bump)
+        assert state in ("CompleteAbort", "Empty") and producer_id == listed.producer_id and epoch > listed.epoch
+        with pytest.raises(Kafka2pcError):  # fenced: no second transaction at the aborted epoch
+            writer.produce(topic, value=b"after-the-abort", partition=1)
+            writer.flush()
+            writer.commit_transaction()
+    finally:
+        writer.close()
+    assert observed(direct, txn_id)[0] not in OPEN_STATES
+    assert read_records(broker.bootstrap_servers, topic) == []
+    assert end_offsets(broker.bootstrap_servers, topic) == end_offsets(broker.bootstrap_servers, topic,
+                                                                       isolation="read_uncommitted")
+
+
 # -- 3. a lost Produce answer ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fault", [("response", DROP), ("response", CUT), ("request", DROP)],
