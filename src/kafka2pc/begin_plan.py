@@ -9,9 +9,10 @@ while the id is at exactly this producer's identity and in no transaction, once 
 again, never re-sent blindly). A fenced producer's begin thus sends nothing but the look, and raises.
 
 A producer without an identity of its own (recovered at the protocol level, or after completing a resumed
-transaction) takes the id over the same way: it looks, refuses an open transaction it does not hold (it may be a
-successor's, decided), and bumps the identity it saw. Only an id the coordinator does not know gets an unguarded
-InitProducerId, which has nothing to abort.
+transaction) takes the id over after looking: it refuses an open transaction it does not hold (it may be a
+successor's, decided), and otherwise sends a fresh InitProducerId, which fences every earlier producer. It never
+bumps the identity it only saw: Kafka answers a bump whose expected epoch is the one just bumped from as a retry of
+that bump, so two producers taking the id over from one look would share the next epoch and one transaction.
 """
 
 from __future__ import annotations
@@ -167,12 +168,10 @@ class Beginning:
         if observed.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
             raise fenced(self.transactional_id, f"the coordinator reports {observed}, a transaction this producer "
                                                 "does not hold; no InitProducerId was sent")
-        # bump what was seen, checked by the coordinator (KIP-360): one bump takes the id over, and on v1 a second
-        # keeps "pid:epoch" unique past the id's last transaction (see fresh_bumps)
-        seen = Ready(self.setup, observed.identity, bumps_due=1 + fresh_bumps(self.setup.transaction_version))
-        self.state = seen
-        self._bumping = Bumping(self.transactional_id, seen)
-        return self._after_bumping(self._bumping.on_answer(answer))
+        # nothing open: a fresh InitProducerId takes the id over and fences every earlier producer. Never a bump
+        # of the identity seen: two producers that both saw it would both get the next epoch (Kafka answers the
+        # second as a retry of the first) and write into one transaction
+        return self.setup.init()
 
     def _bump(self, ready: Ready) -> DescribeTransaction | InitProducerId | InTransaction:
         self.state = ready

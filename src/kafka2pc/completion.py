@@ -63,6 +63,8 @@ MAX_TRANSACTION_EPOCH = MAX_EPOCH - 2
 FENCE_TIMEOUT_MS = 1000
 #: Look-ups while the coordinator is still writing markers: backoff of the n-th look-up, capped.
 _LOOK_AGAIN_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+#: requests of a fence left unanswered before the abort is reported as not fenced (each may take a timeout)
+_FENCE_SILENCES = 4
 _RETRY_AFTER_ERROR = frozenset({codes.INVALID_TXN_STATE, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH,
                                 codes.INVALID_PRODUCER_ID_MAPPING})
 
@@ -208,6 +210,7 @@ class Completion:
         self._last_observed: ObservedTransaction | None = None
         self._fencing = False
         self._abort_unanswered = False
+        self._fence_silences = 0  # requests of the fence that got no answer (each may have waited a full timeout)
         self._awaiting = ""  # what the last command was: "end", "look" or "fence"
         self._sent_version = transaction_version
         self._last_answer = ""
@@ -333,8 +336,10 @@ class Completion:
             if answer.error in codes.COORDINATOR_RETRIABLE:
                 return self._describe()  # busy or moved: it may have acted; look before anything else
             return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
-        if isinstance(answer, NoAnswer) and self._awaiting == "fence" and self._look_ups_left > 0:
-            return self._describe()  # it may have landed, or never arrived: look, then bump again if it did not
+        if isinstance(answer, NoAnswer) and self._fence_silences < _FENCE_SILENCES and self._look_ups_left > 0:
+            # a look or a fence without an answer: look (again), then bump if the id is still at this identity
+            self._fence_silences += 1
+            return self._describe()
         if isinstance(answer, NoAnswer):
             return self._fenced(False, f"aborted; the fence got no answer: {answer.reason}")
         raise TypeError(f"unexpected answer {answer!r}")

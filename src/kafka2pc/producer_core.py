@@ -11,6 +11,7 @@ it may be retried, or FATAL_ERROR.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import attrs
@@ -54,6 +55,8 @@ from kafka2pc.producer_states import (
     Unowned,
     state_name,
 )
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -249,6 +252,10 @@ class ProducerCore:
             # an abort found the transaction committed: another producer completed it under this identity
             self.fatal(fenced(self.transactional_id, f"its transaction {ending.target} was committed by another "
                                                      f"producer ({settled.detail})"))
+        if settled.fenced is False:
+            log.warning("%r: %s aborted, but its writer could not be fenced (%s): if that writer is alive it could "
+                        "still write at this epoch; stop it, or abort again with TransactionControl",
+                        self.transactional_id, ending.target, settled.detail)
         setup, following = ending.setup, settled.next_identity
         if ending.owner is Owner.RESUMED:
             self.state = Unowned(setup)  # this producer gets its own identity when it begins a transaction

@@ -22,7 +22,7 @@ from kafka2pc import (
 )
 from kafka2pc import broker_errors as codes
 from kafka2pc.completion import Completion, Goal, Settled
-from kafka2pc.coordinator_messages import EndTxn, InitProducerId, ProducerIdentity
+from kafka2pc.coordinator_messages import DescribeTransaction, EndTxn, InitProducerId, ProducerIdentity
 from kafka2pc.listing import IncompleteListingError
 from kafka2pc.producer_states import State
 from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction, RecoveryIncompleteError, recover
@@ -251,9 +251,39 @@ def test_review_3_a_v1_fence_that_failed_is_reported_not_hidden():
     transport = cluster(1)
     lingering = prepared(transport, b"lingering")
     transport.faults.dropped_requests.extend([False, True])  # the abort arrives; the fence does not
-    transport.faults.failed_describes.extend([False, True])  # and the look after it gets no answer
+    transport.faults.failed_describes.extend([False] + [True] * 100)  # and no look after it gets an answer
     settled = TransactionControl(transport).abort(TXN_ID, lingering)
     assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
+
+
+def test_review4_a_resumed_v1_abort_whose_fence_look_is_lost_looks_again_and_fences():
+    """Review finding: after a resumed v1 abort (EndTxn v4, no bump), ONE lost DescribeTransactions answer before
+    the fence settled it as aborted-but-not-fenced, silently, and the writer reopened a transaction at the aborted
+    epoch. Now it looks again (bounded) and fences; were every look to fail, the producer logs a warning."""
+    transport = cluster(1)
+    writer = producer(transport)
+    writer.init_transactions()
+    writer.begin_transaction()
+    writer.produce("t", b"w1", partition=0)
+    held = writer.prepare_transaction()
+    recovering = producer(transport)
+    assert recovering.init_transactions(keep_prepared_txn=True) == held
+    transport.faults.failed_describes.append(True)  # the fence's look gets no answer
+    assert recovering.complete_transaction(PreparedTxnState.empty()) is TransactionOutcome.ABORTED
+    identity = ProducerIdentity.of(held)
+    assert transport.model.add_partitions(TXN_ID, identity, {("t", 1)}) != codes.NONE
+    assert transport.model.ids[TXN_ID].epoch > identity.epoch
+
+
+def test_review4_an_unfenced_abort_is_logged_by_the_producer(caplog):
+    transport = cluster(1)
+    held = prepared(transport, b"w1")
+    recovering = producer(transport)
+    assert recovering.init_transactions(keep_prepared_txn=True) == held
+    transport.faults.failed_describes.extend([True] * 100)
+    with caplog.at_level(logging.WARNING, logger="kafka2pc"):
+        assert recovering.complete_transaction(PreparedTxnState.empty()) is TransactionOutcome.ABORTED
+    assert "could not be fenced" in caplog.text
 
 
 @pytest.mark.parametrize("fault", ["dropped_requests", "lost_answers"])
@@ -370,9 +400,9 @@ def test_a_producer_without_an_identity_never_aborts_a_successors_decided_transa
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_producer_without_an_identity_takes_the_id_over_with_a_guarded_bump(version):
-    """Nothing open on an id in use: A's first begin bumps the identity it looked at (KIP-360's check), so a producer
-    that took the id over in between is never overrun, and A's own transactions still commit."""
+def test_a_producer_without_an_identity_takes_the_id_over_with_a_fresh_init_after_looking(version):
+    """Nothing open on an id in use: A's first begin looks, then sends a fresh InitProducerId (never a bump of the
+    identity it only saw, see the next test); on v1 its second bump is its own, guarded. Its transactions commit."""
     transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
     earlier = producer(transport)
     earlier.init_transactions()
@@ -386,8 +416,57 @@ def test_a_producer_without_an_identity_takes_the_id_over_with_a_guarded_bump(ve
     a.produce("t", b"a", partition=0)
     assert a.complete_transaction(a.prepare_transaction()) is TransactionOutcome.COMMITTED
     inits = [c for c in transport.sent[since:] if isinstance(c, InitProducerId)]
-    assert inits and all(c.expected is not None for c in inits)
+    assert [c.expected is None for c in inits] == [True] + [False] * (version == 1)
     assert transport.model.committed_records() == [b"earlier", b"a"]
+
+
+class _AfterFirstLook(ModelTransport):
+    """A transport that runs ``meanwhile`` once, right after the first DescribeTransactions it answers."""
+
+    def __init__(self, model: CoordinatorModel, meanwhile):
+        super().__init__(model, Faults())
+        self.meanwhile = meanwhile
+
+    def execute(self, transactional_id, command):
+        answer = super().execute(transactional_id, command)
+        if isinstance(command, DescribeTransaction) and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return answer
+
+
+@pytest.mark.parametrize("ending", ["A commits", "A aborts"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_review4_two_takeovers_from_one_look_never_share_an_identity(version, ending):
+    """Review finding: A and B (no identity of their own) both look at the idle id; B takes it over, then A's bump
+    of the identity it saw arrives. Kafka answers a bump from the epoch just bumped from as a retry: before the fix
+    A got B's new epoch, A's undecided records went into B's decided transaction, and A's abort aborted it. Now A's
+    fresh InitProducerId fences B instead: B can neither write nor prepare, and nothing of it is decided."""
+    model = CoordinatorModel(transaction_version=version, two_phase_enabled=False)
+    earlier = producer(ModelTransport(model, Faults()))
+    earlier.init_transactions()
+    earlier.begin_transaction()
+    earlier.produce("t", b"earlier", partition=0)
+    earlier.commit_transaction()
+    b = producer(ModelTransport(model, Faults()))
+    b.init_transactions(keep_prepared_txn=True)
+    hooked = _AfterFirstLook(model, None)
+    a = producer(hooked)
+    a.init_transactions(keep_prepared_txn=True)
+    hooked.meanwhile = b.begin_transaction  # B takes the id over between A's look and A's InitProducerId
+    a.begin_transaction()
+    assert b.producer_id_and_epoch != a.producer_id_and_epoch
+    with pytest.raises(ProducerFencedError):
+        b.produce("t", b"B", partition=0)
+        b.prepare_transaction()
+    a.produce("t", b"A", partition=1)
+    if ending == "A commits":
+        assert a.complete_transaction(a.prepare_transaction()) is TransactionOutcome.COMMITTED
+        assert model.committed_records() == [b"earlier", b"A"]
+    else:
+        a.abort_transaction()
+        assert model.committed_records() == [b"earlier"]
+    assert [t.fate for t in model.txns if b"B" in t.records] in ([], ["aborted"])
 
 
 def _writer_carries_on(writer: TwoPhaseProducer, partition: int) -> None:

@@ -123,12 +123,22 @@ def test_v1_fence_never_lands_on_a_newer_transaction():
 
 
 def test_v1_fence_that_fails_is_reported():
-    """The fence got no answer and the look after it got none either: aborted, not known to be fenced."""
+    """The fence got no answer and the looks after it (a bounded number: each may wait a full timeout) got none
+    either: aborted, not known to be fenced."""
     sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE),
-                        Described(ObservedTransaction("CompleteAbort", 7, 10)), NoAnswer("lost"), NoAnswer("lost"))
+                        Described(ObservedTransaction("CompleteAbort", 7, 10)), *[NoAnswer("lost")] * 10)
     assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "InitProducerId",
-                                                "DescribeTransaction"]
+                                                *["DescribeTransaction"] * 4]
     assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is False
+
+
+def test_v1_fence_whose_look_gets_no_answer_looks_again():
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE),
+                        NoAnswer("lost"), Described(ObservedTransaction("CompleteAbort", 7, 10)),
+                        InitAnswer(codes.NONE, ProducerIdentity(7, 11)))
+    assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "DescribeTransaction",
+                                                "InitProducerId"]
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
 
 
 @pytest.mark.parametrize(("after", "fenced", "bumps"), [

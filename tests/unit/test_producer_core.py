@@ -167,13 +167,13 @@ def bump(epoch: int, setup=V1) -> InitProducerId:
 
 def test_v1_successor_leaves_two_epochs_before_its_first_transaction():
     core = core_in(Unowned(V1))  # after a keep-prepared recovery settled the resumed transaction
-    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteAbort", 4), bump(4),
+    step = exchange(core, core.begin(), DescribeTransaction(), looked("CompleteAbort", 4), InitProducerId(60_000),
                     InitAnswer(codes.NONE, ProducerIdentity(5, 5)),
                     DescribeTransaction(), looked("Empty", 5), bump(5), InitAnswer(codes.NONE, ProducerIdentity(5, 6)))
     assert step == Done() and core.state == InTransaction(V1, ProducerIdentity(5, 6))
 
 
-def test_a_producer_without_an_identity_starts_afresh_only_on_an_unknown_id():
+def test_a_producer_without_an_identity_starts_afresh_on_an_unknown_id_too():
     core = core_in(Unowned(V1))
     step = exchange(core, core.begin(), DescribeTransaction(), Described(None), InitProducerId(60_000),
                     InitAnswer(codes.NONE, ProducerIdentity(5, 0)),
