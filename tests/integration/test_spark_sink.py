@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+import attrs
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
@@ -24,6 +25,7 @@ from kafka2pc.spark.columns import Columns  # noqa: E402
 from kafka2pc.spark.driver import SinkDriver, WriteConflictError  # noqa: E402
 from kafka2pc.spark.options import SinkOptions  # noqa: E402
 from kafka2pc.spark.task import IdInUseError, TaskPlan, write_partition  # noqa: E402
+from kafka2pc.spark.window import BatchOverError  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 
@@ -254,18 +256,68 @@ def test_format_kafka2pc_is_registered_without_a_call(spark):
 
 
 def test_two_batch_writes_racing_on_one_location_fail_loudly_never_silently(kafka, topic_factory, tmp_path):
-    """Both planned checkpoint k before either decided: the second to commit finds k decided by the first. It must
-    fail saying none of its rows were written (not return as if it had written them), and abort its transactions."""
+    """Both planned checkpoint k before either decided. The second planning moved the write window, so the first
+    write's tasks refuse to write (loudly, with nothing left open); were they done already, the second to commit
+    finds k decided by the first and fails saying none of its rows were written, never as if it had written them."""
     topic = topic_factory(kafka)
     options = SinkOptions.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
                                         "checkpointLocation": str(tmp_path / "ck")}, streaming=False)
     plan_a, plan_b = SinkDriver(options).plan(Columns(), streaming=False), SinkDriver(options).plan(Columns(),
                                                                                                     streaming=False)
     assert plan_a.checkpoint == plan_b.checkpoint == 1
-    first, second = zombie(plan_a, 0, 0, 1, [b'{"id": 0}']), zombie(plan_b, 1, 0, 1, [b'{"id": 1}'])
+    with pytest.raises(BatchOverError):
+        zombie(plan_a, 0, 0, 1, [b'{"id": 0}'])
+    first = zombie(plan_b, 0, 1, 1, [b'{"id": 0}'])
+    second = zombie(attrs.evolve(plan_a, window=""), 1, 0, 1, [b'{"id": 1}'])  # as if done before the move
     assert SinkDriver(options).commit_write([first]) is not None
     with pytest.raises(WriteConflictError, match="none of its rows were written"):
         SinkDriver(options).commit_write([second])
     report = audit(kafka.bootstrap_servers, topic, 1)
     assert (report["records"], report["duplicates"], report["outside_range"]) == (1, 0, 0)
     assert open_transactions(kafka.bootstrap_servers, plan_a.prefix) == []
+
+
+def test_an_attempt_that_starts_after_its_batch_is_over_leaves_nothing_open(kafka, topic_factory, tmp_path):
+    """The CI failure this guards: after the last batch of a query (here a batch write), a speculative loser that
+    had not written yet opened its transaction after the commit's cleanup; with 2PC it stayed open and pinned the
+    LSO. The commit moves the write window before its cleanup: such an attempt refuses to write."""
+    topic = topic_factory(kafka)
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
+                                        "checkpointLocation": str(tmp_path / "ck")}, streaming=False)
+    plan = SinkDriver(options).plan(Columns(), streaming=False)
+    winner = zombie(plan, 0, 1, 1, [b'{"id": 0}'])
+    assert SinkDriver(options).commit_write([winner]) is not None
+    with pytest.raises(BatchOverError, match="is over"):
+        zombie(plan, 0, 0, 1, [b'{"id": 0}'])  # the loser, late
+    assert open_transactions(kafka.bootstrap_servers, plan.prefix) == []
+    report = audit(kafka.bootstrap_servers, topic, 1)
+    assert (report["records"], report["duplicates"], report["lso_pinned"]) == (1, 0, [])
+
+
+def test_an_attempt_whose_batch_ends_while_it_writes_leaves_nothing_open(kafka, topic_factory, tmp_path):
+    """The other side of the write window: a loser whose first write was acknowledged before the commit moved the
+    window is in the commit's cleanup listing (aborted there); it stops, never prepares anything that stays open."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    topic = topic_factory(kafka)
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
+                                        "checkpointLocation": str(tmp_path / "ck")}, streaming=False)
+    plan = SinkDriver(options).plan(Columns(), streaming=False)
+    winner = zombie(plan, 0, 1, 1, [b'{"id": 0}'])
+
+    def loser_rows():
+        yield pa.record_batch({"value": pa.array([b'{"id": 0}'], pa.binary())})
+        assert open_transactions(kafka.bootstrap_servers, plan.prefix, settle_s=0) != []  # the loser's is open
+        assert SinkDriver(options).commit_write([winner]) is not None  # the batch ends while the loser writes
+        yield pa.record_batch({"value": pa.array([b'{"id": 0}'], pa.binary())})
+
+    TaskContext._setTaskContext(TaskContext(stageId=0, partitionId=0, attemptNumber=0, taskAttemptId=7, cpus=1,
+                                            resources={}, localProperties={}))
+    try:
+        with pytest.raises(Exception, match=r"is over|fenced|owned by a newer"):
+            write_partition(plan, loser_rows())
+    finally:
+        TaskContext._setTaskContext(None)
+    assert open_transactions(kafka.bootstrap_servers, plan.prefix) == []
+    report = audit(kafka.bootstrap_servers, topic, 1)
+    assert (report["records"], report["duplicates"], report["lso_pinned"]) == (1, 0, [])

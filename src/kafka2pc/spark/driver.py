@@ -27,6 +27,7 @@ from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
 from kafka2pc.spark.task import TaskMessage, TaskPlan, shared_client
+from kafka2pc.spark.window import move_window
 from kafka2pc.transaction_control import TransactionControl
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,11 @@ class SinkDriver:
         """Before the tasks of a batch run: complete what a crashed run decided, abort everything else open under
         the prefix (no task of this batch has started; earlier ones are done or lost), and say what tasks need."""
         log_ = self.decision_log
+        window = move_window(self.client, self.state.prefix)  # attempts of earlier batches and runs stop writing
         recover(self.control, self.state.prefix, log_, report_known=False)
         checkpoint = None if streaming else (log_.last_checkpoint() or 0) + 1
         return TaskPlan(self.options.producer_config, self.state.prefix, self.options.naming,
-                        self.options.two_phase_commit, self.options.topic, columns, checkpoint)
+                        self.options.two_phase_commit, self.options.topic, columns, checkpoint, window)
 
     def commit(self, messages: Sequence[TaskMessage | None], checkpoint: int) -> tuple[Settlement, Timings]:
         """Decide ``checkpoint`` with the authorized attempts' transactions (the record is the commit point), commit
@@ -104,6 +106,7 @@ class SinkDriver:
                     "two_phase_active": all(m.two_phase_active for m in messages if m is not None)}
         settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
         settled = time.monotonic()
+        self._move_window()  # an attempt whose transaction is not open yet never opens it
         abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix))
         if not settlement.decided_now:
             log.info("checkpoint %d was already decided (a replay): %d transaction(s) of this run aborted",
@@ -144,6 +147,7 @@ class SinkDriver:
         if checkpoint is not None and log_.decision(checkpoint) is not None:
             log.warning("checkpoint %d is decided: not aborting it; the next run completes it", checkpoint)
             return
+        self._move_window()
         offered = _prepared(messages, checkpoint)
         results = self.control.abort_all([(t.transactional_id, t.state) for t in offered])
         for txn, result in zip(offered, results, strict=True):
@@ -152,6 +156,16 @@ class SinkDriver:
                             txn.transactional_id, result)
         keep = {t.transactional_id for d in log_.undone() for t in d.transactions}
         abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
+
+    def _move_window(self) -> None:
+        """Move the write window before a cleanup; a failure leaves late attempts to the next planning, and never
+        stops the cleanup or the batch (the decision, if any, stands)."""
+        try:
+            move_window(self.client, self.state.prefix)
+        except Exception as exc:
+            log.warning("could not move the write window of %r (%s: %s): an attempt that starts writing after this "
+                        "cleanup may leave a transaction open until the next planning or `kafka2pc recover`",
+                        self.state.prefix, type(exc).__name__, exc)
 
     def _announce_fallback(self, messages: Sequence[TaskMessage | None]) -> None:
         if all(m.two_phase_active for m in messages if m is not None) or not self.options.two_phase_commit:

@@ -19,6 +19,7 @@ from kafka2pc.producer_config import PRODUCER_KEYS
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.spark.columns import Columns, RecordBatch, records
 from kafka2pc.spark.ids import counter
+from kafka2pc.spark.window import check_window
 from kafka2pc.transaction_control import TransactionControl
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class TaskPlan:
     columns: Columns
     #: batch writes: the checkpoint number the driver assigned; streaming: None (the batch id is the checkpoint)
     checkpoint: int | None
+    #: the write window the driver opened for this batch (:mod:`kafka2pc.spark.window`); "" checks none
+    window: str = ""
 
 
 @attrs.frozen
@@ -103,21 +106,28 @@ def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMe
         checkpoint = int(context.getLocalProperty("streaming.sql.batchId") or 0)
     transactional_id = TransactionalIdGrammar(plan.prefix).format(partition,
                                                                   counter(plan.naming, checkpoint, attempt))
+    who = f"attempt {attempt} of partition {partition} in checkpoint {checkpoint}"
     producer: TwoPhaseProducer | None = None
     written = 0
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            first = producer is None
             if producer is None:
-                producer = _open(plan, transactional_id)
+                producer = _open(plan, transactional_id, who)
             for item in records(batch, plan.columns, plan.topic):
                 if isinstance(item, RecordBatch):
                     producer.produce_batch(item.topic, item.values, item.keys)
                 else:
                     producer.produce(item.topic, item.value, item.key, item.partition, item.headers)
             written += batch.num_rows
+            if first:  # acknowledged, the transaction is known to its coordinator: a later move's cleanup lists it
+                producer.flush()
+                _check_window(plan, who)
         state = producer.prepare_transaction() if producer is not None else None
+        if producer is not None:
+            _check_window(plan, who)
     except BaseException:
         if producer is not None:
             _abort_quietly(producer)
@@ -129,14 +139,24 @@ def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMe
                        written, producer.two_phase_commit_active if producer is not None else plan.two_phase_commit)
 
 
-def _open(plan: TaskPlan, transactional_id: str) -> TwoPhaseProducer:
+def _open(plan: TaskPlan, transactional_id: str, who: str) -> TwoPhaseProducer:
     client = shared_client(plan.producer_config)
-    _wait_until_free(TransactionControl(client), transactional_id)
+    control = TransactionControl(client)
+    _wait_until_free(control, transactional_id)
+    check_window(control, plan.prefix, plan.window, who)  # before InitProducerId, which fences the id's holder
     producer = TwoPhaseProducer({**plan.producer_config, "transactional.id": transactional_id},
                                 two_phase_commit=plan.two_phase_commit, cluster=client)
-    producer.init_transactions()
-    producer.begin_transaction()
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+    except BaseException:
+        producer.close()
+        raise
     return producer
+
+
+def _check_window(plan: TaskPlan, who: str) -> None:
+    check_window(TransactionControl(shared_client(plan.producer_config)), plan.prefix, plan.window, who)
 
 
 def _abort_quietly(producer: TwoPhaseProducer) -> None:

@@ -1,0 +1,59 @@
+"""A query's write window: how a task attempt learns that the batch it writes for is over.
+
+Spark hands the driver only the winning attempt of each partition. A speculative loser, an attempt of a lost
+executor, or one still running when Spark kills it can open a transaction *after* the driver's end-of-batch cleanup
+listed the prefix — and with two-phase commit that transaction never times out: it would pin the LSO until the next
+batch's cleanup, and after the last batch (``availableNow``, a stopped query, a batch write) until the next run.
+
+So the driver moves the window — a fresh InitProducerId on the transactional id ``<prefix>-window``, which never
+runs a transaction — when it plans a batch and before every cleanup. A task compares the window's producer id and
+epoch with those its plan carries — before its InitProducerId, once its first write is acknowledged (the coordinator
+then knows its transaction), and after it prepares — and stops once it moved, aborting what it opened. If the
+window had not moved when the first write was acknowledged, the move and the cleanup's listing come later and the
+listing sees the transaction; if it had, the attempt aborts the transaction itself. What remains is an attempt
+killed between its first acknowledged write and the end of its own abort (docs/spark.md).
+"""
+
+from __future__ import annotations
+
+from kafka2pc import broker_errors as codes
+from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.completion import FENCE_TIMEOUT_MS
+from kafka2pc.errors import Kafka2pcError
+from kafka2pc.init_plan import init_error
+from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transport import init_producer_id
+
+#: the suffix of the window's transactional id (outside the ``<prefix>-<partition>-<counter>`` grammar)
+SUFFIX = "window"
+
+
+class BatchOverError(Kafka2pcError):
+    """The batch this task attempt writes for is over (decided, aborted, or planned again by a restarted driver):
+    the attempt writes nothing and leaves no transaction open."""
+
+
+def window_id(prefix: str) -> str:
+    """The transactional id whose producer id and epoch are the query's write window."""
+    return f"{prefix}-{SUFFIX}"
+
+
+def move_window(client: ClusterClient, prefix: str) -> str:
+    """Move the window (a fresh InitProducerId, no transaction); returns the new window as ``"pid:epoch"``."""
+    transactional_id = window_id(prefix)
+    response = init_producer_id(client, transactional_id, transaction_timeout_ms=FENCE_TIMEOUT_MS)
+    if response.error_code != codes.NONE:
+        raise init_error(transactional_id, response.error_code, FENCE_TIMEOUT_MS)
+    return f"{response.producer_id}:{response.producer_epoch}"
+
+
+def check_window(control: TransactionControl, prefix: str, planned: str, attempt: str) -> None:
+    """Raise :class:`BatchOverError` if the window is no longer ``planned`` (an empty ``planned`` checks nothing)."""
+    if not planned:
+        return
+    observed = control.describe(window_id(prefix))
+    if observed is None:  # every plan creates the window: gone, it expired (transactional.id.expiration.ms)
+        return
+    if str(observed.identity) != planned:
+        raise BatchOverError(f"{attempt}: the batch it writes for is over (the write window moved from {planned} to "
+                             f"{observed.identity}): it stops, aborting what it opened")
