@@ -56,6 +56,10 @@ def run_recover(args: argparse.Namespace) -> int:
     settings["bootstrap.servers"] = args.bootstrap
     with ClusterClient(ClientConfig.from_dict(settings)) as client:
         stuck: dict[int, str] = {}
+        if args.checkpoint_location:  # late task attempts of the stopped query stop instead of opening transactions
+            from kafka2pc.spark.window import move_window  # noqa: PLC0415
+
+            move_window(client, prefix)
         try:
             report = recover(TransactionControl(client), prefix, log, report_known=False)
         except RecoveryIncompleteError as exc:

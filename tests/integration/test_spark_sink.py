@@ -321,3 +321,15 @@ def test_an_attempt_whose_batch_ends_while_it_writes_leaves_nothing_open(kafka, 
     assert open_transactions(kafka.bootstrap_servers, plan.prefix) == []
     report = audit(kafka.bootstrap_servers, topic, 1)
     assert (report["records"], report["duplicates"], report["lso_pinned"]) == (1, 0, [])
+
+
+def test_kafka2pc_recover_on_a_checkpoint_stops_late_attempts_of_the_stopped_query(kafka, topic_factory, tmp_path):
+    topic = topic_factory(kafka)
+    checkpoint = tmp_path / "ck"
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic,
+                                        "checkpointLocation": str(checkpoint)}, streaming=False)
+    plan = SinkDriver(options).plan(Columns(), streaming=False)  # and the driver dies before its tasks ran
+    assert cli_main(["recover", "--bootstrap", kafka.bootstrap_servers, "--checkpoint-location", str(checkpoint)]) == 0
+    with pytest.raises(BatchOverError):
+        zombie(plan, 0, 0, 1, [b'{"id": 0}'])
+    assert open_transactions(kafka.bootstrap_servers, plan.prefix) == []
