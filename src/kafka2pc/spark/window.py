@@ -19,6 +19,7 @@ from __future__ import annotations
 from kafka2pc import broker_errors as codes
 from kafka2pc.cluster_client import ClusterClient
 from kafka2pc.completion import FENCE_TIMEOUT_MS
+from kafka2pc.coordinator_messages import ProducerIdentity
 from kafka2pc.errors import Kafka2pcError
 from kafka2pc.init_plan import init_error
 from kafka2pc.transaction_control import TransactionControl
@@ -30,7 +31,7 @@ SUFFIX = "window"
 
 class BatchOverError(Kafka2pcError):
     """The batch this task attempt writes for is over (decided, aborted, or planned again by a restarted driver):
-    the attempt writes nothing and leaves no transaction open."""
+    the attempt stops, aborting what it opened."""
 
 
 def window_id(prefix: str) -> str:
@@ -39,12 +40,12 @@ def window_id(prefix: str) -> str:
 
 
 def move_window(client: ClusterClient, prefix: str) -> str:
-    """Move the window (a fresh InitProducerId, no transaction); returns the new window as ``"pid:epoch"``."""
+    """Move the window (a fresh InitProducerId, no transaction); returns the new window, as ``str`` of its identity."""
     transactional_id = window_id(prefix)
     response = init_producer_id(client, transactional_id, transaction_timeout_ms=FENCE_TIMEOUT_MS)
     if response.error_code != codes.NONE:
         raise init_error(transactional_id, response.error_code, FENCE_TIMEOUT_MS)
-    return f"{response.producer_id}:{response.producer_epoch}"
+    return str(ProducerIdentity(response.producer_id, response.producer_epoch))
 
 
 def check_window(control: TransactionControl, prefix: str, planned: str, attempt: str) -> None:
