@@ -52,6 +52,15 @@ def prepared(transport: ModelTransport, *values: bytes) -> PreparedTxnState:
     return p.prepare_transaction()  # and the process dies: the transaction stays prepared
 
 
+def committed(transport: ModelTransport, *values: bytes) -> None:
+    """A producer commits ``values`` and goes away: the id is idle, at an identity it no longer holds."""
+    p = producer(transport)
+    p.init_transactions()
+    p.begin_transaction()
+    p.produce_batch("t", list(values), partition=0)
+    p.commit_transaction()
+
+
 def fate(transport: ModelTransport, state: PreparedTxnState) -> str | None:
     found = [t for t in transport.model.txns if t.identity == ProducerIdentity.of(state)]
     assert len(found) == 1
@@ -261,11 +270,7 @@ def test_review4_a_resumed_v1_abort_whose_fence_look_is_lost_looks_again_and_fen
     the fence settled it as aborted-but-not-fenced, silently, and the writer reopened a transaction at the aborted
     epoch. Now it looks again (bounded) and fences; were every look to fail, the producer logs a warning."""
     transport = cluster(1)
-    writer = producer(transport)
-    writer.init_transactions()
-    writer.begin_transaction()
-    writer.produce("t", b"w1", partition=0)
-    held = writer.prepare_transaction()
+    held = prepared(transport, b"w1")  # its writer lives on, unaware
     recovering = producer(transport)
     assert recovering.init_transactions(keep_prepared_txn=True) == held
     transport.faults.failed_describes.append(True)  # the fence's look gets no answer
@@ -404,11 +409,7 @@ def test_a_producer_without_an_identity_takes_the_id_over_with_a_fresh_init_afte
     """Nothing open on an id in use: A's first begin looks, then sends a fresh InitProducerId (never a bump of the
     identity it only saw, see the next test); on v1 its second bump is its own, guarded. Its transactions commit."""
     transport = ModelTransport(CoordinatorModel(transaction_version=version, two_phase_enabled=False), Faults())
-    earlier = producer(transport)
-    earlier.init_transactions()
-    earlier.begin_transaction()
-    earlier.produce("t", b"earlier", partition=0)
-    earlier.commit_transaction()
+    committed(transport, b"earlier")
     since = len(transport.sent)
     a = producer(transport)
     a.init_transactions(keep_prepared_txn=True)
@@ -421,11 +422,11 @@ def test_a_producer_without_an_identity_takes_the_id_over_with_a_fresh_init_afte
 
 
 class _AfterFirstLook(ModelTransport):
-    """A transport that runs ``meanwhile`` once, right after the first DescribeTransactions it answers."""
+    """A transport that runs ``meanwhile`` (once set) once, right after the next DescribeTransactions it answers."""
 
-    def __init__(self, model: CoordinatorModel, meanwhile):
+    def __init__(self, model: CoordinatorModel):
         super().__init__(model, Faults())
-        self.meanwhile = meanwhile
+        self.meanwhile = None
 
     def execute(self, transactional_id, command):
         answer = super().execute(transactional_id, command)
@@ -443,14 +444,10 @@ def test_review4_two_takeovers_from_one_look_never_share_an_identity(version, en
     A got B's new epoch, A's undecided records went into B's decided transaction, and A's abort aborted it. Now A's
     fresh InitProducerId fences B instead: B can neither write nor prepare, and nothing of it is decided."""
     model = CoordinatorModel(transaction_version=version, two_phase_enabled=False)
-    earlier = producer(ModelTransport(model, Faults()))
-    earlier.init_transactions()
-    earlier.begin_transaction()
-    earlier.produce("t", b"earlier", partition=0)
-    earlier.commit_transaction()
+    committed(ModelTransport(model, Faults()), b"earlier")
     b = producer(ModelTransport(model, Faults()))
     b.init_transactions(keep_prepared_txn=True)
-    hooked = _AfterFirstLook(model, None)
+    hooked = _AfterFirstLook(model)
     a = producer(hooked)
     a.init_transactions(keep_prepared_txn=True)
     hooked.meanwhile = b.begin_transaction  # B takes the id over between A's look and A's InitProducerId
