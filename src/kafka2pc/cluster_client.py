@@ -19,6 +19,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kafka2pc.broker_errors import COORDINATOR_RETRIABLE, error_name
 from kafka2pc.config import ClientConfig
+from kafka2pc.connection_lanes import ConnectionLanes
 from kafka2pc.errors import (
     AuthorizationError,
     BrokerUnavailableError,
@@ -54,6 +55,7 @@ class ClusterClient:
         except kafka_errors.KafkaError as exc:
             raise BrokerUnavailableError(f"could not connect to {config.bootstrap_servers}: {exc}") from exc
         self._manager = self._admin._manager
+        self._lanes = ConnectionLanes(self._manager)
         self._coordinators: dict[str, int] = {}
         self.bootstrap_servers = config.bootstrap_servers
         #: how long a metadata-like request is retried while no broker answers (a producer's max.block.ms)
@@ -63,6 +65,14 @@ class ClusterClient:
 
     def close(self) -> None:
         """Close every connection and stop the IO thread."""
+
+        async def close_lanes() -> None:
+            self._lanes.close()
+
+        try:
+            self._manager.run(close_lanes)
+        except Exception as exc:  # closing anyway
+            log.debug("closing the extra connections failed: %r", exc)
         self._admin.close()
 
     def __enter__(self) -> ClusterClient:
@@ -161,13 +171,18 @@ class ClusterClient:
         except kafka_errors.IncompatibleBrokerVersion as exc:
             raise UnsupportedByBrokerError(str(exc)) from exc
 
-    def send_concurrently(self, requests: list[tuple[Any, int]]) -> Future[list[Any]]:
+    def send_concurrently(self, requests: list[tuple[Any, int]], *, spread: bool = False) -> Future[list[Any]]:
         """Send ``(request, node_id)`` pairs at once; the future gives each response, or the exception it failed
-        with, in order. It does not block: the IO thread does the work."""
+        with, in order. It does not block: the IO thread does the work. ``spread=True`` sends requests for the
+        same broker over several connections (:mod:`~kafka2pc.connection_lanes`) so that it works on them together:
+        only for requests whose order does not matter."""
         result: Future[list[Any]] = Future()
+        nodes = [node for _, node in requests]
+        lanes = self._lanes.assign(nodes) if spread else [0] * len(requests)
 
         async def call() -> None:
-            pending = [self._manager.send(request, node_id=node) for request, node in requests]
+            pending = [self._lanes.send(request, node, lane) for (request, node), lane in zip(requests, lanes,
+                                                                                               strict=True)]
             answers: list[Any] = []
             for future in pending:
                 try:
