@@ -5,7 +5,10 @@
    ``--rounds`` times each, interleaved; median rows/s and the ratio;
 2. the driver's two-phase-commit time per micro-batch at 8 partitions: a streaming query (rate-micro-batch, 8
    partitions) into kafka2pc for ``--batches`` batches, its driver logging each commit (``KAFKA2PC_LOG_LEVEL=INFO``):
-   the decision record, the completions (EndTxn of 8 transactions), and the cleanup listing that follows; p50/p99.
+   the check that the 8 offered transactions are still open (DescribeTransactions), the decision record, the
+   completions (EndTxn of 8 transactions, then the done mark), and the cleanup listing that follows; p50/p99;
+3. the same Committer.settle of 8 prepared transactions from a plain Python process while Spark is stopped: what the
+   driver's 2PC costs on this broker without Spark's processes competing for the CPUs (the peer of 2).
 
     python benchmarks/spark_sink.py [--bootstrap HOST:PORT] [--rows 400000] [--rounds 3] [--batches 40]
 """
@@ -27,8 +30,8 @@ from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.verify import create_topic, end_offsets
 
 PARTITIONS = 8
-COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); record ([\d.]+) ms, complete ([\d.]+) ms, "
-                         r"cleanup ([\d.]+) ms")
+COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); check ([\d.]+) ms, record ([\d.]+) ms, "
+                         r"complete ([\d.]+) ms, cleanup ([\d.]+) ms")
 
 
 def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path) -> dict[str, list[float]]:
@@ -89,7 +92,7 @@ def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, 
 
 
 def commit_timings(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> list[tuple[float, ...]]:
-    """(record, complete, cleanup) ms of each committed batch, from the driver's log."""
+    """(check, record, complete, cleanup) ms of each committed batch, from the driver's log."""
     topic = create_topic(bootstrap, partitions=PARTITIONS)
     driver = run_driver(__file__, ["--streaming-driver", bootstrap, topic, str(workdir / "ck-stream"), str(batches),
                                    str(rows_per_batch)],
@@ -97,10 +100,53 @@ def commit_timings(bootstrap: str, batches: int, rows_per_batch: int, workdir: P
                         log_dir=workdir / "stream")
     if driver.wait(600) != 0:
         raise SystemExit(f"the streaming driver failed:\n{driver.output_tail()}")
-    timings = [(float(m[3]), float(m[4]), float(m[5]))
+    timings = [(float(m[3]), float(m[4]), float(m[5]), float(m[6]))
                for m in COMMIT_LINE.finditer(driver.stderr_path.read_text(errors="replace")) if int(m[2]) > 0]
     if len(timings) < batches // 2:
         raise SystemExit(f"only {len(timings)} commit lines in the driver's log:\n{driver.output_tail()}")
+    return timings
+
+
+def settle_outside_spark(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> list[tuple[float, ...]]:
+    """(check, record, complete) ms of Committer.settle for ``batches`` checkpoints of 8 prepared transactions (one
+    per subtask, its rows spread over the 8 partitions by key, as the streaming query's), in this process."""
+    from kafka2pc.cluster_client import ClusterClient  # noqa: PLC0415
+    from kafka2pc.config import ClientConfig  # noqa: PLC0415
+    from kafka2pc.producer import TwoPhaseProducer  # noqa: PLC0415
+    from kafka2pc.sink import Committer, FileDecisionLog, PreparedTransaction  # noqa: PLC0415
+    from kafka2pc.sink.naming import TransactionalIdGrammar  # noqa: PLC0415
+    from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
+
+    topic = create_topic(bootstrap, partitions=PARTITIONS)
+    prefix = f"bench-settle-{os.getpid()}"
+    grammar = TransactionalIdGrammar(prefix)
+    producers = [TwoPhaseProducer({"bootstrap.servers": bootstrap, "transactional.id": grammar.format(subtask, 0)},
+                                  two_phase_commit=True) for subtask in range(PARTITIONS)]
+    client = ClusterClient(ClientConfig.from_dict({"bootstrap.servers": bootstrap}))
+    committer = Committer(TransactionControl(client), FileDecisionLog(workdir / "settle", prefix))
+    per_task = rows_per_batch // PARTITIONS
+    timings = []
+    try:
+        for producer in producers:
+            producer.init_transactions()
+        for checkpoint in range(batches + 1):  # checkpoint 0 warms the connections up, not counted
+            offered = []
+            for subtask, producer in enumerate(producers):
+                producer.begin_transaction()
+                keys = [str(subtask * per_task + row).encode() for row in range(per_task)]
+                producer.produce_batch(topic, [b'{"id": "' + key + b'"}' for key in keys], keys)
+                offered.append(PreparedTransaction(producer.transactional_id, producer.prepare_transaction(), subtask,
+                                                   checkpoint))
+            settlement = committer.settle(checkpoint, offered)
+            for producer, transaction in zip(producers, offered, strict=True):
+                producer.complete_transaction(transaction.state)  # the producer learns the outcome, as a task's does
+            if checkpoint:
+                timings.append((1000 * settlement.check_seconds, 1000 * settlement.record_seconds,
+                                1000 * settlement.complete_seconds))
+    finally:
+        for producer in producers:
+            producer.close()
+        client.close()
     return timings
 
 
@@ -139,12 +185,20 @@ def main() -> int:
         print(f"\ndriver 2PC time per micro-batch ({PARTITIONS} partitions, {args.rows_per_batch:,} rows per batch, "
               f"{args.batches} batches):", flush=True)
         timings = commit_timings(bootstrap, args.batches, args.rows_per_batch, Path(work))
-        record, complete, cleanup = (list(column) for column in zip(*timings, strict=True))
-        two_pc = [r + c for r, c in zip(record, complete, strict=True)]
-        for name, values in (("decision record", record), ("completions (8 EndTxn)", complete),
-                             ("record + completions", two_pc), ("cleanup listing after", cleanup)):
-            print(f"  {name:24s} p50 {percentile(values, 0.5):7.1f} ms   p99 {percentile(values, 0.99):7.1f} ms")
-        print(f"  ({len(timings)} batches; goal: record + completions p50 <= 20 ms)")
+        outside = settle_outside_spark(bootstrap, args.batches, args.rows_per_batch, Path(work))
+        print(f"  {'':34s} {'in the Spark driver':>22s} {'same settle, no Spark':>24s}")
+        print(f"  {'':34s} {'p50':>10s} {'p99':>11s} {'p50':>11s} {'p99':>11s}")
+        for column, name in enumerate(("check (8 DescribeTransactions)", "decision record", "completions (8 EndTxn)",
+                                       "check + record + completions")):
+            ours = [sum(t[:3]) for t in timings] if column == 3 else [t[column] for t in timings]
+            peer = [sum(t) for t in outside] if column == 3 else [t[column] for t in outside]
+            print(f"  {name:34s} {percentile(ours, 0.5):7.1f} ms {percentile(ours, 0.99):8.1f} ms "
+                  f"{percentile(peer, 0.5):8.1f} ms {percentile(peer, 0.99):8.1f} ms")
+        cleanup = [t[3] for t in timings]
+        print(f"  {'cleanup listing after':34s} {percentile(cleanup, 0.5):7.1f} ms {percentile(cleanup, 0.99):8.1f} ms")
+        two_pc = statistics.median(sum(t[:3]) for t in timings) / statistics.median(sum(t) for t in outside)
+        print(f"  ({len(timings)} batches; goal: check + record + completions p50 <= 20 ms; in Spark / outside: "
+              f"{two_pc:.2f}x)")
     return 0
 
 

@@ -32,6 +32,8 @@ class Settlement:
     committed: tuple[PreparedTransaction, ...]
     #: transactional ids of offered transactions that were not the decided ones, aborted
     aborted: tuple[str, ...]
+    #: time spent checking that the offered transactions are still open (before the record)
+    check_seconds: float = 0.0
     record_seconds: float = 0.0
     complete_seconds: float = 0.0
 
@@ -75,13 +77,14 @@ class Committer:
             if not self.decision_log.is_done(checkpoint):
                 self.roll_forward(existing)
             return Settlement(checkpoint, False, existing.transactions, aborted)
+        started = time.monotonic()
         self._check_pending(checkpoint, offered)
         decision = Decision(checkpoint, offered, metadata or {})
-        started = time.monotonic()
+        checked = time.monotonic()
         self.decision_log.record(decision)
         recorded = time.monotonic()
         self.roll_forward(decision)
-        return Settlement(checkpoint, True, decision.transactions, (), recorded - started,
+        return Settlement(checkpoint, True, decision.transactions, (), checked - started, recorded - checked,
                           time.monotonic() - recorded)
 
     def _check_pending(self, checkpoint: int, offered: Sequence[PreparedTransaction]) -> None:

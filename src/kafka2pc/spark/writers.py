@@ -96,10 +96,10 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Run on the driver: decide and complete the batch."""
         settlement, timings = SinkDriver(self._options).commit(_unwrap(messages), batchId)
-        log.info("batch %d: %s %d transaction(s); record %.1f ms, complete %.1f ms, cleanup %.1f ms", batchId,
-                 "committed" if settlement.decided_now else "replay of a decided batch, aborted",
+        log.info("batch %d: %s %d transaction(s); check %.1f ms, record %.1f ms, complete %.1f ms, cleanup %.1f ms",
+                 batchId, "committed" if settlement.decided_now else "replay of a decided batch, aborted",
                  len(settlement.committed) if settlement.decided_now else len(settlement.aborted),
-                 1000 * timings.check_and_record, 1000 * timings.complete, 1000 * timings.cleanup)
+                 1000 * timings.check, 1000 * timings.record, 1000 * timings.complete, 1000 * timings.cleanup)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Run on the driver when Spark gives up on the batch."""
