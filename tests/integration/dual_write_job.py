@@ -6,13 +6,16 @@ record each, one dual-write transaction per order) and SIGKILLs itself at order 
     c: after the database commit, before Kafka's completion
     d: after the whole transaction
 
-    python dual_write_job.py DB BOOTSTRAP TOPIC TRANSACTIONAL_ID FIRST COUNT KILL_AT MODE
+    python dual_write_job.py DB BOOTSTRAP TOPIC TRANSACTIONAL_ID FIRST COUNT KILL_AT MODE [CONFIG_JSON]
+
+CONFIG_JSON: more producer settings (e.g. a transaction.timeout.ms the broker's maximum allows).
 
 DB is ``sqlite:PATH`` or a libpq connection string. The connection is a subclass of the driver's own class (its
 commit kills the process where the mode says), as an application's may be."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -57,8 +60,9 @@ def main() -> int:
     db, bootstrap, topic, transactional_id = sys.argv[1:5]
     first, count, kill_at = map(int, sys.argv[5:8])
     mode = sys.argv[8]
+    extra = json.loads(sys.argv[9]) if len(sys.argv) > 9 else {}
     connection = connect(db)
-    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **extra})
     writer.recover()
     insert = "INSERT INTO orders (id, amount) VALUES (?, ?)" if db.startswith("sqlite:") else \
         "INSERT INTO orders (id, amount) VALUES (%s, %s)"

@@ -1,17 +1,21 @@
-"""DualWriter on real databases (SQLite files, a PostgreSQL server) and a real Kafka 4.4.0 broker: writer processes
-SIGKILLed in each of the four failure modes and recovered by a successor, errors inside and at the end of the block,
-fencing, a terminated PostgreSQL backend, and a state row naming a transaction the broker does not have.
+"""DualWriter on real databases (SQLite files, a PostgreSQL server) and real Kafka brokers (4.4.0, and 3.9 for the
+tests without two-phase commit): writer processes SIGKILLed in each of the four failure modes and recovered by a
+successor, errors inside and at the end of the block, fencing, a terminated PostgreSQL backend, and a state row
+naming a transaction the broker does not have.
 
 After every recovery the order ids committed in the database must equal the keys a read_committed consumer sees."""
 
 from __future__ import annotations
 
 import collections
+import json
+import logging
 import os
 import random
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,11 +24,13 @@ from typing import Any
 import pytest
 
 from kafka2pc.dualwrite import DualWriter, DualWriteRecoveryError
-from kafka2pc.errors import Kafka2pcError, ProducerFencedError, RecordTooLargeError
+from kafka2pc.errors import Kafka2pcError, ProducerFencedError, RecordTooLargeError, TransactionLostError
+from kafka2pc.testing import PRE_2PC_KAFKA_VERSION, BrokerSettings
 from kafka2pc.testing.proxy import FaultProxy
 from kafka2pc.testing.verify import read_records
 
 psycopg = pytest.importorskip("psycopg")
+from prometheus_client import REGISTRY  # noqa: E402
 
 pytestmark = pytest.mark.integration
 JOB = Path(__file__).with_name("dual_write_job.py")
@@ -60,20 +66,25 @@ def database(request, tmp_path) -> Iterator[Database]:
             admin.execute(f"CREATE SCHEMA {schema}")
         scoped = f"{dsn} options='-c search_path={schema}'"
         db = Database(scoped, lambda: psycopg.connect(scoped), "%s")
+    create_orders(db)
+    yield db
+
+
+def create_orders(db: Database) -> None:
     connection = db.connect()
     connection.cursor().execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)")
     connection.commit()
     connection.close()
-    yield db
 
 
 def kafka_keys(bootstrap: str, topic: str) -> list[int]:
     return sorted(int(r.key) for r in read_records(bootstrap, topic))
 
 
-def recover(db: Database, bootstrap: str, transactional_id: str) -> None:
+def recover(db: Database, bootstrap: str, transactional_id: str, config: dict[str, Any] | None = None) -> None:
     connection = db.connect()
-    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                                     **(config or {})})
     try:
         writer.recover()
     finally:
@@ -81,30 +92,97 @@ def recover(db: Database, bootstrap: str, transactional_id: str) -> None:
         connection.close()
 
 
-@pytest.mark.timeout(600)
-def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database, kafka, topic_factory):
-    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+def run_job(db: Database, bootstrap: str, topic: str, transactional_id: str, *, orders: range, kill_at: int,
+            mode: str, config: dict[str, Any] | None = None) -> None:
+    """One writer process that SIGKILLs itself at order ``kill_at`` in failure mode ``mode`` (dual_write_job.py)."""
+    job = subprocess.run([sys.executable, str(JOB), db.url, bootstrap, topic, transactional_id, str(orders.start),
+                          str(len(orders)), str(kill_at), mode, json.dumps(config or {})],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert job.returncode == -9, job.stderr[-3000:]
+
+
+def kill_and_recover(db: Database, bootstrap: str, topic: str, modes: list[str], *, seed: int,
+                     config: dict[str, Any] | None = None) -> collections.Counter[str]:
+    """Writers killed in ``modes`` (shuffled), a successor recovering after each: DB ids == Kafka keys every time."""
     transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
-    rng = random.Random(int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
-    rounds = [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)]
+    rng = random.Random(seed)
+    rounds = list(modes)
     rng.shuffle(rounds)
-    first, kills = 0, collections.Counter()
+    first, kills = 0, collections.Counter[str]()
     for mode in rounds:
         count = rng.randint(3, 8)
         kill_at = first + rng.randrange(count)
-        job = subprocess.run([sys.executable, str(JOB), database.url, bootstrap, topic, transactional_id, str(first),
-                              str(count), str(kill_at), mode], capture_output=True, text=True, timeout=120,
-                             check=False)
-        assert job.returncode == -9, job.stderr[-3000:]
+        run_job(db, bootstrap, topic, transactional_id, orders=range(first, first + count), kill_at=kill_at,
+                mode=mode, config=config)
         kills[mode] += 1
-        recover(database, bootstrap, transactional_id)
-        db_ids, keys = database.ids(), kafka_keys(bootstrap, topic)
+        recover(db, bootstrap, transactional_id, config)
+        db_ids, keys = db.ids(), kafka_keys(bootstrap, topic)
         assert db_ids == keys, f"mode {mode}, order {kill_at}: DB {db_ids} != Kafka {keys}"
         # the killed order is in both exactly when the database committed it (modes c and d)
         assert (kill_at in db_ids) == (mode in "cd")
         first += count
+    return kills
+
+
+@pytest.mark.timeout(600)
+def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    kills = kill_and_recover(database, bootstrap, topic, [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)],
+                             seed=int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
     print(f"\n{sum(kills.values())} kills {dict(sorted(kills.items()))}: DB ids == Kafka keys after each recovery "
           f"({len(database.ids())} orders)")
+
+
+@pytest.mark.timeout(300)
+def test_without_two_phase_commit_the_fallback_is_visible_and_every_mode_recovers(database, kafka_pre2pc,
+                                                                                   topic_factory, caplog):
+    """Kafka 3.9 has no KIP-939: the writer (two_phase_commit=True, the default) falls back to timeout-bound
+    transactions, says so, and still recovers each failure mode exactly when the successor comes in time."""
+    bootstrap, topic = kafka_pre2pc.bootstrap_servers, topic_factory(kafka_pre2pc, partitions=3)
+    fallbacks = REGISTRY.get_sample_value("kafka2pc_two_phase_commit_fallbacks_total") or 0.0
+    with caplog.at_level(logging.WARNING, logger="kafka2pc"):
+        writer, connection = writer_for(database, bootstrap)
+    assert not writer.two_phase_commit_active
+    assert "two-phase commit is NOT active" in caplog.text
+    assert REGISTRY.get_sample_value("kafka2pc_two_phase_commit_fallbacks_total") == fallbacks + 1
+    writer.close()
+    connection.close()
+    kills = kill_and_recover(database, bootstrap, topic, list("abcd"), seed=11)
+    assert kills == collections.Counter("abcd")
+
+
+@pytest.mark.timeout(300)
+def test_without_two_phase_commit_a_decided_transaction_the_broker_timed_out_is_reported(kafka_factory, topic_factory,
+                                                                                          tmp_path):
+    """A writer dies after the database commit (mode c) on a broker without 2PC and nobody recovers within the
+    transaction timeout: the broker aborts the decided Kafka transaction. Recovery must say so
+    (DualWriteRecoveryError over TransactionLostError), never report success or drop it silently; after an
+    operator's resolve() the id works again."""
+    broker = kafka_factory(BrokerSettings(version=PRE_2PC_KAFKA_VERSION, transaction_max_timeout_ms=10_000,
+                                          extra={"transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                                                 "1000"}))
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(broker)
+    path = tmp_path / "app.db"
+    db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
+    create_orders(db)
+    config = {"transaction.timeout.ms": 10_000}
+    run_job(db, bootstrap, topic, "late-0", orders=range(3), kill_at=1, mode="c", config=config)
+    assert db.ids() == [0, 1] and kafka_keys(bootstrap, topic) == [0]  # order 1: decided, Kafka not completed
+    time.sleep(10 + 4)  # past the timeout and one abort sweep of the coordinator
+    connection = db.connect()
+    successor = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": "late-0", **config})
+    with pytest.raises(DualWriteRecoveryError, match="can no longer commit") as info:
+        successor.recover()
+    assert isinstance(info.value.__cause__, TransactionLostError)
+    assert db.ids() == [0, 1] and kafka_keys(bootstrap, topic) == [0]  # reported; the database was not touched
+    successor.resolve("order 1's event re-sent by hand")
+    successor.recover()
+    with successor.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders (id, amount) VALUES (?, ?)", (5, 5))
+        tx.produce(topic, value=b"5", key=b"5")
+    successor.close()
+    assert db.ids() == [0, 1, 5] and kafka_keys(bootstrap, topic) == [0, 5]
 
 
 def writer_for(db: Database, bootstrap: str, transactional_id: str | None = None) -> tuple[DualWriter, Any]:

@@ -142,3 +142,24 @@ def test_a_db_only_transaction_that_reported_an_error_but_landed_is_not_misread(
         tx.cursor.execute("INSERT INTO orders VALUES (1)")
         CommitLandsThenFails.fail_next = True
     assert db_ids(path) == [1]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_without_two_phase_commit_a_crash_before_anything_of_the_next_order_was_sent_recovers(tmp_path, version):
+    """Real-broker finding (Kafka 3.9): the writer completes order 1, begins order 2 (protocol v1 bumps the epoch
+    past order 1's) and dies before any record of it left the process. The row still names order 1, not marked
+    complete; the coordinator shows the id idle at a later epoch. Without two-phase commit recovery cannot tell
+    "completed, then moved past" from "timed out", so the row must already say order 1 was completed."""
+    cluster, path = Cluster(version, False), tmp_path / "a.db"
+    connection = connect(path)
+    writer = DualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID,
+                                     "linger.ms": 60_000}, transport=cluster.transport)
+    order(writer, 1)
+    block = writer.transaction()
+    tx = block.__enter__()  # mode a: the process dies inside order 2, its record still in the producer's buffer
+    tx.cursor.execute("INSERT INTO orders VALUES (2)")
+    tx.produce("t", value=b"2", key=b"2", partition=0)
+    connection.close()
+    cluster.writer(connect(path)).recover()
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+    assert cluster.model.open_transactions() == []

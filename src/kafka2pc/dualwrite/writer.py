@@ -188,7 +188,26 @@ class DualWriter:
             raise DualWriteIncompleteError(f"{self.transactional_id!r}: the database committed; completing Kafka "
                                            f"transaction {prepared} failed ({exc}); the writer's next transaction() "
                                            "(or recover()) commits it first") from exc
+        if not producer.two_phase_commit_active:
+            # without 2PC a recovery cannot read "the id moved past the stored transaction" as "it committed" (the
+            # broker may have timed it out), and the next begin moves the id past it (protocol v1 bumps the epoch):
+            # so the row must say it completed before then. A failure here leaves it to a recovery, which can tell.
+            try:
+                self._mark_completed()
+            except Exception as exc:
+                log.warning("%r: could not record in the database that %s completed (%r); the next transaction() "
+                            "recovers first", self.transactional_id, prepared, exc)
+                with contextlib.suppress(Exception):
+                    self.connection.rollback()
+                return
         self._needs_recovery = False
+
+    def _mark_completed(self) -> None:
+        """Record in the row, in a DB transaction of its own, that its transaction completed (this writer's only)."""
+        stored = self._table.begin_locked(self.transactional_id)
+        if stored.owner == self._owner:
+            self._table.write(self.transactional_id, completed=True)
+        self.connection.commit()
 
     def _commit_database(self, prepared: PreparedTxnState, token: str) -> None:
         try:
@@ -233,10 +252,7 @@ class DualWriter:
         the caller owns). An unfinished transaction is left to the next recovery."""
         with contextlib.suppress(Exception):
             if not self._needs_recovery and not self._table.in_transaction():
-                stored = self._table.begin_locked(self.transactional_id)
-                if stored.owner == self._owner:
-                    self._table.write(self.transactional_id, completed=True)
-                self.connection.commit()
+                self._mark_completed()
         self._producer.close()
         if self._client is not None:
             self._client.close()
