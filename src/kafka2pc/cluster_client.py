@@ -171,14 +171,18 @@ class ClusterClient:
         except kafka_errors.IncompatibleBrokerVersion as exc:
             raise UnsupportedByBrokerError(str(exc)) from exc
 
-    def send_concurrently(self, requests: list[tuple[Any, int]], *, spread: bool = False) -> Future[list[Any]]:
+    def send_concurrently(self, requests: list[tuple[Any, int]], *,
+                          keys: Sequence[str] | None = None) -> Future[list[Any]]:
         """Send ``(request, node_id)`` pairs at once; the future gives each response, or the exception it failed
-        with, in order. It does not block: the IO thread does the work. ``spread=True`` sends requests for the
-        same broker over several connections (:mod:`~kafka2pc.connection_lanes`) so that it works on them together:
-        only for requests whose order does not matter."""
+        with, in order. It does not block: the IO thread does the work. With ``keys`` (one per request, e.g. its
+        transactional id) requests for the same broker are spread over several connections
+        (:mod:`~kafka2pc.connection_lanes`) so that it works on them together, each key always on the same one:
+        only for requests whose order matters per key at most."""
         result: Future[list[Any]] = Future()
-        nodes = [node for _, node in requests]
-        lanes = self._lanes.assign(nodes) if spread else [0] * len(requests)
+        if keys is not None and len(keys) != len(requests):
+            raise ValueError(f"{len(keys)} keys for {len(requests)} requests")
+        lanes = self._lanes.assign([(key, node) for key, (_, node) in zip(keys, requests, strict=True)]) \
+            if keys is not None else [0] * len(requests)
 
         async def call() -> None:
             pending = [self._lanes.send(request, node, lane) for (request, node), lane in zip(requests, lanes,

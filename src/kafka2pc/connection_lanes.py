@@ -7,6 +7,11 @@ Requests for distinct transactional ids are independent, so :class:`ConnectionLa
 ``width`` connections per broker, all driven by kafka-python's one IO loop. Never for Produce: the batches of one
 partition must reach the broker in order.
 
+Each transactional id keeps its lane (sticky), so two requests for one id are never in flight on two connections at
+once while its lane is up: they reach the coordinator in the order they were sent, as on a single connection. A lane
+that fails is not used again for a while (its requests go to the manager's own connection, lane 0), and it never
+touches the manager's backoff or authentication state, so lane 0 keeps working whatever happens to the others.
+
 This module touches kafka-python's connection internals (pinned in pyproject), like :mod:`kafka2pc.cluster_client`.
 """
 
@@ -23,6 +28,12 @@ log = logging.getLogger(__name__)
 
 #: connections per broker for a round of coordinator requests (the broker's request handlers default to 8)
 DEFAULT_WIDTH = 8
+#: a lane that failed to connect (or lost its connection with an error) is left alone this long
+FAILED_LANE_PAUSE_S = 30.0
+#: a lane idle this long is closed and opened again before use (brokers close idle connections after 10 minutes)
+IDLE_LIMIT_S = 5 * 60.0
+#: sticky lanes remembered per broker at most (forgotten all at once beyond: only the spread suffers)
+_REMEMBERED_IDS = 10_000
 
 
 class ConnectionLanes:
@@ -34,50 +45,79 @@ class ConnectionLanes:
         self._manager = manager
         self.width = width
         self._lanes: dict[tuple[int, int], Any] = {}
+        self._last_used: dict[tuple[int, int], float] = {}
+        self._paused_until: dict[tuple[int, int], float] = {}
+        self._lane_of: dict[int, dict[str, int]] = {}
 
-    def assign(self, nodes: Sequence[int]) -> list[int]:
-        """The lane of each request, in order, given the node each goes to: round robin per node."""
-        counts: dict[int, int] = {}
+    def assign(self, requests: Sequence[tuple[str, int]]) -> list[int]:
+        """The lane of each ``(key, node)`` request, in order: a key keeps the lane it got first on that node; new
+        keys take the lanes in turn."""
         lanes = []
-        for node in nodes:
-            index = counts.get(node, 0)
-            counts[node] = index + 1
-            lanes.append(index % self.width)
+        for key, node in requests:
+            known = self._lane_of.setdefault(node, {})
+            if key not in known:
+                if len(known) >= _REMEMBERED_IDS:
+                    known.clear()
+                known[key] = len(known) % self.width
+            lanes.append(known[key])
         return lanes
 
     def send(self, request: Any, node_id: int, lane: int) -> Any:
         """Send ``request`` on lane ``lane`` of ``node_id``; returns kafka-python's future. Runs on the IO loop."""
         conn = self._connection(node_id, lane) if lane else None
-        if conn is None:  # lane 0, or a broker the metadata does not know: the manager's connection says why
+        if conn is None:  # lane 0, a paused lane, or a broker the metadata does not know: the manager's connection
             return self._manager.send(request, node_id=node_id)
+        self._last_used[(node_id, lane)] = time.monotonic()
         return conn.send_request(request)
 
     def _connection(self, node_id: int, lane: int) -> Any:
         key = (node_id, lane)
+        now = time.monotonic()
+        if self._paused_until.get(key, 0.0) > now:
+            return None
         conn = self._lanes.get(key)
         if conn is not None and not conn.closed:
-            return conn
+            if now - self._last_used.get(key, now) < IDLE_LIMIT_S:
+                return conn
+            conn.close()  # idle long enough for the broker to drop it at any moment: a fresh one
         node = self._manager.cluster.broker_metadata(node_id)
         if node is None:
             return None
         conn = KafkaConnection(self._manager._net, node_id=node_id,
                                broker_version_data=self._manager.broker_version_data, **self._manager.config)
         self._lanes[key] = conn
-        conn.close_future.add_both(lambda _: self._forget(key, conn))
-        timeout_at = time.monotonic() + self._manager.socket_connection_setup_timeout_ms(node_id) / 1000
+        conn.close_future.add_both(lambda outcome: self._closed(key, conn, outcome))
+        timeout_at = now + self._manager.socket_connection_setup_timeout_ms(node_id) / 1000
         # requests sent before the connection is set up are buffered by it and go out once it is
-        self._manager._net.call_soon(
-            lambda: self._manager._connect(node, conn, reset_backoff_on_connect=False, timeout_at=timeout_at))
-        log.debug("opened lane %d to broker %d", lane, node_id)
+        self._manager._net.call_soon(lambda: self._connect(node, conn, timeout_at))
+        log.debug("opening lane %d to broker %d", lane, node_id)
         return conn
 
-    def _forget(self, key: tuple[int, int], conn: Any) -> None:
+    async def _connect(self, node: Any, conn: Any, timeout_at: float) -> None:
+        """Like the manager's own connect, without its backoff and authentication bookkeeping."""
+        transport = None
+        try:
+            transport = await self._manager._build_transport(node, timeout_at=timeout_at)
+            if conn.closed or self._manager.closed:
+                transport.close()
+                return
+            conn.connection_made(transport)
+            transport = None
+            await conn.initialize(timeout_at=timeout_at)
+        except Exception as exc:  # its buffered requests fail with it; the round retries them on lane 0
+            log.info("lane to broker %s could not be opened: %r", node.node_id, exc)
+            conn.connection_lost(exc)
+            if transport is not None:
+                transport.close()
+
+    def _closed(self, key: tuple[int, int], conn: Any, outcome: Any) -> None:
         if self._lanes.get(key) is conn:
-            del self._lanes[key]
+            self._lanes.pop(key, None)
+        if isinstance(outcome, BaseException):
+            self._paused_until[key] = time.monotonic() + FAILED_LANE_PAUSE_S
 
     def close(self) -> None:
         """Close every extra connection. Runs on the IO loop."""
         for conn in list(self._lanes.values()):
             conn.close()
         self._lanes.clear()
-

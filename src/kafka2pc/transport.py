@@ -186,7 +186,8 @@ class KafkaTransport:
             requests.append((request, self.client.transaction_coordinator(txn_id)))
         if requests:
             try:
-                replies = self.client.send_concurrently(requests, spread=True).result(timeout=self.timeout_s)
+                replies = self.client.send_concurrently(requests, keys=[txn_id for _, txn_id, _ in batched]).result(
+                    timeout=self.timeout_s)
             except Exception as exc:  # the IO thread failed the round: each is retried on its own below
                 log.debug("concurrent coordinator round failed: %r", exc)
                 replies = [exc] * len(requests)

@@ -1,17 +1,51 @@
 """How independent coordinator requests are spread over a broker's connections."""
 
 import pytest
+from kafka.errors import KafkaConnectionError
 
 from kafka2pc.connection_lanes import ConnectionLanes
 
 
-def test_requests_to_one_broker_take_lanes_in_turn_per_broker():
+class Manager:
+    """Just what ConnectionLanes asks of kafka-python's connection manager when it does not open a lane."""
+
+    def __init__(self):
+        self.sent = []
+        self.cluster = self
+
+    def send(self, request, node_id):
+        self.sent.append((request, node_id))
+        return "lane 0"
+
+    def broker_metadata(self, node_id):
+        return None  # unknown: no lane is opened
+
+
+def test_keys_take_the_lanes_of_a_broker_in_turn():
     lanes = ConnectionLanes(manager=None, width=2)
-    assert lanes.assign([1, 1, 2, 1, 2, 2]) == [0, 1, 0, 0, 1, 0]
+    assert lanes.assign([("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 2)]) == [0, 1, 0, 0, 1]
 
 
-def test_one_request_per_broker_uses_the_managers_own_connection():
-    assert ConnectionLanes(manager=None).assign([3, 1, 2]) == [0, 0, 0]
+def test_a_key_keeps_its_lane_so_its_requests_stay_in_order():
+    lanes = ConnectionLanes(manager=None, width=8)
+    first = lanes.assign([(f"id-{i}", 1) for i in range(8)])
+    assert first == list(range(8))
+    assert lanes.assign([(f"id-{i}", 1) for i in reversed(range(8))]) == list(reversed(first))
+    assert lanes.assign([("id-3", 1), ("id-3", 1)]) == [3, 3]
+
+
+def test_a_lane_that_failed_is_left_alone_and_its_requests_use_the_managers_connection():
+    manager = Manager()
+    lanes = ConnectionLanes(manager)
+    lanes._closed((1, 2), conn=None, outcome=KafkaConnectionError("refused"))
+    assert lanes.send("request", 1, 2) == "lane 0"
+    assert manager.sent == [("request", 1)]
+
+
+def test_a_broker_the_metadata_does_not_know_is_asked_on_the_managers_connection():
+    manager = Manager()
+    assert ConnectionLanes(manager).send("request", 7, 3) == "lane 0"
+    assert manager.sent == [("request", 7)]
 
 
 def test_width_below_one_is_refused():
