@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriter, DualWriteRecoveryError
+from kafka2pc.errors import ProducerFencedError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 
@@ -162,4 +163,22 @@ def test_without_two_phase_commit_a_crash_before_anything_of_the_next_order_was_
     connection.close()
     cluster.writer(connect(path)).recover()
     assert db_ids(path) == cluster.kafka_ids() == [1]
+    assert cluster.model.open_transactions() == []
+
+
+@pytest.mark.parametrize(("version", "two_phase"), [(2, True), (1, False)])
+def test_a_writer_whose_completion_failed_never_takes_the_id_back_from_its_successor(tmp_path, version, two_phase):
+    """Review finding: writer A's completion of order 1 fails, successor B recovers (commits order 1, owns the id);
+    A's next transaction() must be fenced, not recover and take the id back from the live B."""
+    cluster, path = Cluster(version, two_phase), tmp_path / "a.db"
+    first = cluster.writer(connect(path))
+    with pytest.raises(DualWriteIncompleteError):
+        order(first, 1, during=lambda: cluster.transport.faults.dropped_requests.extend([True] * 5))
+    cluster.transport.faults.dropped_requests.clear()
+    second = cluster.writer(connect(path))
+    second.recover()
+    with pytest.raises(ProducerFencedError):
+        order(first, 2)
+    order(second, 3)  # the successor carries on, unfenced
+    assert db_ids(path) == cluster.kafka_ids() == [1, 3]
     assert cluster.model.open_transactions() == []

@@ -87,6 +87,8 @@ class DualWriter:
         self._owner = uuid.uuid4().hex
         #: True until a recovery has settled the id, and again from a database commit until Kafka's completion
         self._needs_recovery = True
+        #: True once a recovery made this writer the id's owner: from then on another owner means it is fenced
+        self._owned = False
         self._table.ensure()
 
     def _new_producer(self) -> TwoPhaseProducer:
@@ -110,12 +112,20 @@ class DualWriter:
     def recover(self) -> None:
         """Settle what a crashed predecessor (or this writer's own unfinished transaction) left on this
         transactional id, then own the id, fencing any other writer with it. Holds the state row while it runs: a
-        live predecessor's transaction finishes first. ``transaction()`` runs it whenever it is needed."""
+        live predecessor's transaction finishes first. ``transaction()`` runs it whenever it is needed (and then
+        never takes the id back from a writer that took it over: ProducerFencedError)."""
+        self._recover(take_over=True)
+
+    def _recover(self, *, take_over: bool) -> None:
         table, control = self._table, self._control()
         self._producer.close()  # in whatever state: a prepared transaction stays open for the decision below
         self._producer = self._new_producer()
         stored = table.begin_locked(self.transactional_id)
         try:
+            if not take_over and stored.owner not in (None, self._owner):
+                raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered "
+                                          "after this one): this writer is fenced; its unfinished transaction is "
+                                          "the new owner's to settle")
             observed = control.describe(self.transactional_id)
             plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase)
             if plan.problem is not None:
@@ -134,6 +144,7 @@ class DualWriter:
                 self.connection.rollback()
             raise
         self._needs_recovery = False
+        self._owned = True
 
     def _commit_stored(self, control: TransactionControl, stored: PreparedTxnState, *,
                        unknown_means_committed: bool) -> None:
@@ -163,7 +174,7 @@ class DualWriter:
         """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
         inside rolls both back and is re-raised."""
         if self._needs_recovery:
-            self.recover()
+            self._recover(take_over=not self._owned)
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
         if stored.owner != self._owner:
