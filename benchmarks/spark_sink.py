@@ -216,6 +216,10 @@ def main() -> int:
         print(f"  of kafka2pc's {ours_ms - spark_ms:.0f} ms more than Spark's sink, {floor_ms - spark_ms:.0f} ms are "
               f"any Python sink's (noop_arrow) and {ours_ms - floor_ms:.0f} ms kafka2pc's own (planning, the tasks' "
               "InitProducerId/window checks/flush, the driver's commit)")
+        print("  rows/s beyond the fixed cost (rows / (median seconds of a write - its fixed cost)):")
+        for name in SINKS:
+            beyond = args.rows / (args.rows / medians[name] - fixed_ms[name] / 1000)
+            print(f"  {name:34s} {beyond:>10,.0f} rows/s")
 
         print(f"\ndriver 2PC time per micro-batch ({PARTITIONS} partitions, {args.rows_per_batch:,} rows per batch, "
               f"{args.batches} batches):", flush=True)
