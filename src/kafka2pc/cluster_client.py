@@ -189,6 +189,9 @@ class ClusterClient:
                                                                                                strict=True)]
             answers: list[Any] = []
             for future in pending:
+                if isinstance(future, Exception):  # it was never sent
+                    answers.append(future)
+                    continue
                 try:
                     answers.append(await future)
                 except Exception as exc:  # handed to the caller, which classifies it
@@ -202,6 +205,19 @@ class ClusterClient:
         scheduled = self._manager.call_soon(call)
         scheduled.add_errback(failed)
         return result
+
+    def abandon_spread_requests(self) -> None:
+        """Close the extra connections (:meth:`send_concurrently` with ``keys``), failing every request they still
+        hold, before a caller that gave up waiting for a round sends some of it again: a request left buffered on a
+        lane still setting up would otherwise go out after its repetition."""
+
+        async def close_lanes() -> None:
+            self._lanes.close(kafka_errors.KafkaConnectionError("the round was abandoned"))
+
+        try:
+            self._manager.run(close_lanes)
+        except Exception as exc:  # the client is closing: its connections go with it
+            log.debug("could not close the extra connections: %r", exc)
 
     def look_up_transaction_coordinators(self, transactional_ids: Sequence[str]) -> None:
         """Learn the coordinators of many ids in one FindCoordinator (v4+, KIP-699) instead of one round trip each.

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from kafka.errors import KafkaConnectionError
 from kafka.net.connection import KafkaConnection
 
 log = logging.getLogger(__name__)
@@ -52,23 +53,28 @@ class ConnectionLanes:
     def assign(self, requests: Sequence[tuple[str, int]]) -> list[int]:
         """The lane of each ``(key, node)`` request, in order: a key keeps the lane it got first on that node; new
         keys take the lanes in turn."""
+        for node in {node for _, node in requests}:
+            if len(self._lane_of.get(node, ())) + len(requests) > _REMEMBERED_IDS:
+                self._lane_of[node] = {}  # before the call's keys: one key gets one lane within a call
         lanes = []
         for key, node in requests:
             known = self._lane_of.setdefault(node, {})
             if key not in known:
-                if len(known) >= _REMEMBERED_IDS:
-                    known.clear()
                 known[key] = len(known) % self.width
             lanes.append(known[key])
         return lanes
 
     def send(self, request: Any, node_id: int, lane: int) -> Any:
-        """Send ``request`` on lane ``lane`` of ``node_id``; returns kafka-python's future. Runs on the IO loop."""
-        conn = self._connection(node_id, lane) if lane else None
-        if conn is None:  # lane 0, a paused lane, or a broker the metadata does not know: the manager's connection
-            return self._manager.send(request, node_id=node_id)
-        self._last_used[(node_id, lane)] = time.monotonic()
-        return conn.send_request(request)
+        """Send ``request`` on lane ``lane`` of ``node_id``; returns kafka-python's future, or the exception that
+        kept it from being sent (never raises: the round's other requests are out already). Runs on the IO loop."""
+        try:
+            conn = self._connection(node_id, lane) if lane else None
+            if conn is None:  # lane 0, a paused lane, a broker the metadata does not know: the manager's connection
+                return self._manager.send(request, node_id=node_id)
+            self._last_used[(node_id, lane)] = time.monotonic()
+            return conn.send_request(request)
+        except Exception as exc:  # e.g. an unknown broker id or a remembered authentication failure
+            return exc
 
     def _connection(self, node_id: int, lane: int) -> Any:
         key = (node_id, lane)
@@ -90,6 +96,8 @@ class ConnectionLanes:
         timeout_at = now + self._manager.socket_connection_setup_timeout_ms(node_id) / 1000
         # requests sent before the connection is set up are buffered by it and go out once it is
         self._manager._net.call_soon(lambda: self._connect(node, conn, timeout_at))
+        # a TLS handshake does not time out by itself: a lane still setting up by then is closed (its requests fail)
+        self._manager._net.call_at(timeout_at, lambda: self._give_up_setup(conn))
         log.debug("opening lane %d to broker %d", lane, node_id)
         return conn
 
@@ -110,14 +118,20 @@ class ConnectionLanes:
             if transport is not None:
                 transport.close()
 
+    @staticmethod
+    def _give_up_setup(conn: Any) -> None:
+        if conn.initializing:
+            conn.close(KafkaConnectionError("lane setup timed out"))
+
     def _closed(self, key: tuple[int, int], conn: Any, outcome: Any) -> None:
         if self._lanes.get(key) is conn:
             self._lanes.pop(key, None)
         if isinstance(outcome, BaseException):
             self._paused_until[key] = time.monotonic() + FAILED_LANE_PAUSE_S
 
-    def close(self) -> None:
-        """Close every extra connection. Runs on the IO loop."""
+    def close(self, error: Exception | None = None) -> None:
+        """Close every extra connection, failing what they still hold (with ``error``: and pause them). Runs on the
+        IO loop."""
         for conn in list(self._lanes.values()):
-            conn.close()
+            conn.close(error)
         self._lanes.clear()

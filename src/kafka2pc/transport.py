@@ -188,8 +188,9 @@ class KafkaTransport:
             try:
                 replies = self.client.send_concurrently(requests, keys=[txn_id for _, txn_id, _ in batched]).result(
                     timeout=self.timeout_s)
-            except Exception as exc:  # the IO thread failed the round: each is retried on its own below
+            except Exception as exc:  # the IO thread failed the round, or it timed out: each is retried on its own
                 log.debug("concurrent coordinator round failed: %r", exc)
+                self.client.abandon_spread_requests()  # none of it still goes out after its retry below
                 replies = [exc] * len(requests)
             for (index, txn_id, command), reply in zip(batched, replies, strict=True):
                 answers[index] = self._answer_of(txn_id, command, reply)

@@ -51,3 +51,39 @@ def test_a_broker_the_metadata_does_not_know_is_asked_on_the_managers_connection
 def test_width_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         ConnectionLanes(manager=None, width=0)
+
+
+class Refusing(Manager):
+    def send(self, request, node_id):
+        raise KafkaConnectionError("remembered authentication failure")
+
+
+def test_a_request_that_cannot_be_sent_comes_back_as_its_error_and_never_raises():
+    outcome = ConnectionLanes(Refusing()).send("request", 1, 0)
+    assert isinstance(outcome, KafkaConnectionError)
+
+
+def test_the_lane_table_is_forgotten_before_a_call_so_a_key_repeated_in_it_keeps_one_lane(monkeypatch):
+    monkeypatch.setattr("kafka2pc.connection_lanes._REMEMBERED_IDS", 4)
+    lanes = ConnectionLanes(manager=None, width=8)
+    lanes.assign([("a", 1), ("b", 1), ("c", 1)])
+    assigned = lanes.assign([("x", 1), ("y", 1), ("x", 1)])
+    assert assigned[0] == assigned[2]
+
+
+class Setup:
+    initializing = True
+    closed_with = None
+
+    def close(self, error=None):
+        self.closed_with = error
+
+
+def test_a_lane_still_setting_up_at_its_deadline_is_closed_with_an_error():
+    conn = Setup()
+    ConnectionLanes._give_up_setup(conn)
+    assert isinstance(conn.closed_with, KafkaConnectionError)
+    ready = Setup()
+    ready.initializing = False
+    ConnectionLanes._give_up_setup(ready)
+    assert ready.closed_with is None
