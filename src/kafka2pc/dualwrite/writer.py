@@ -198,7 +198,9 @@ class DualWriter:
         except Exception as exc:
             raise DualWriteIncompleteError(f"{self.transactional_id!r}: the database committed; completing Kafka "
                                            f"transaction {prepared} failed ({exc}); the writer's next transaction() "
-                                           "(or recover()) commits it first") from exc
+                                           "commits it first, or raises ProducerFencedError if another writer "
+                                           "recovered the id meanwhile (which committed it); recover() takes the id "
+                                           "over from such a writer") from exc
         if not producer.two_phase_commit_active:
             # without 2PC a recovery cannot read "the id moved past the stored transaction" as "it committed" (the
             # broker may have timed it out), and the next begin moves the id past it (protocol v1 bumps the epoch):
