@@ -52,13 +52,14 @@ def settle_after_stop(spark, bootstrap: str, checkpoint: Path) -> None:
     tracker, deadline = spark.sparkContext.statusTracker(), time.monotonic() + 60
     while (tracker.getActiveJobsIds() or tracker.getActiveStageIds()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    # a cancelled task's Python worker can still be writing after its stage is gone (a zombie): recover again once
-    # it has opened its transaction, a bounded number of times
+    # a cancelled task's Python worker can still be writing after its stage is gone (a zombie; Spark stops it up to
+    # 2 s later): once the recovery moved the write window it stops, aborting what it opened, or the next recovery
+    # aborts it. So look only after that time, and recover again while something is open, a bounded number of times
     for _ in range(5):
         assert cli_main(["recover", "--bootstrap", bootstrap, "--checkpoint-location", str(checkpoint)]) == 0
+        time.sleep(3)
         if not open_transactions(bootstrap, sink_prefix(checkpoint)):
             return
-        time.sleep(2)
 
 
 def run_batches(spark, bootstrap: str, topic: str, checkpoint: Path, batches: int, **options):
