@@ -65,14 +65,7 @@ class ClusterClient:
 
     def close(self) -> None:
         """Close every connection and stop the IO thread."""
-
-        async def close_lanes() -> None:
-            self._lanes.close()
-
-        try:
-            self._manager.run(close_lanes)
-        except Exception as exc:  # closing anyway
-            log.debug("closing the extra connections failed: %r", exc)
+        self._close_lanes(None)
         self._admin.close()
 
     def __enter__(self) -> ClusterClient:
@@ -179,8 +172,6 @@ class ClusterClient:
         (:mod:`~kafka2pc.connection_lanes`) so that it works on them together, each key always on the same one:
         only for requests whose order matters per key at most."""
         result: Future[list[Any]] = Future()
-        if keys is not None and len(keys) != len(requests):
-            raise ValueError(f"{len(keys)} keys for {len(requests)} requests")
         lanes = self._lanes.assign([(key, node) for key, (_, node) in zip(keys, requests, strict=True)]) \
             if keys is not None else [0] * len(requests)
 
@@ -210,9 +201,13 @@ class ClusterClient:
         """Close the extra connections (:meth:`send_concurrently` with ``keys``), failing every request they still
         hold, before a caller that gave up waiting for a round sends some of it again: a request left buffered on a
         lane still setting up would otherwise go out after its repetition."""
+        self._close_lanes(kafka_errors.KafkaConnectionError("the round was abandoned"))
+
+    def _close_lanes(self, error: Exception | None) -> None:
+        """Close the extra connections on the IO thread (``error``: fail what they hold and pause them)."""
 
         async def close_lanes() -> None:
-            self._lanes.close(kafka_errors.KafkaConnectionError("the round was abandoned"))
+            self._lanes.close(error)
 
         try:
             self._manager.run(close_lanes)
