@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, TransactionNamingStrategy, recover
 from kafka2pc.testing.provider import bootstrap_or_local

@@ -147,7 +147,7 @@ def commit_timings(bootstrap: str, batches: int, rows_per_batch: int, workdir: P
 def settle_outside_spark(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> list[tuple[float, ...]]:
     """(check, record, complete) ms of Committer.settle for ``batches`` checkpoints of 8 prepared transactions (one
     per subtask, its rows spread over the 8 partitions by key, as the streaming query's), in this process."""
-    from kafka2pc.cluster_client import ClusterClient  # noqa: PLC0415
+    from kafka2pc.cluster import ClusterClient  # noqa: PLC0415
     from kafka2pc.config import ClientConfig  # noqa: PLC0415
     from kafka2pc.producer import TwoPhaseProducer  # noqa: PLC0415
     from kafka2pc.sink import Committer, FileDecisionLog, PreparedTransaction  # noqa: PLC0415

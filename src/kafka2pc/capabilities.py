@@ -8,10 +8,10 @@ import attrs
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
-from kafka2pc.broker_errors import error_name
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.protocol_versions import INIT_PRODUCER_ID_2PC_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
-from kafka2pc.transport import init_producer_id
+from kafka2pc._core.codes import error_name
+from kafka2pc._core.versions import INIT_PRODUCER_ID_2PC_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
+from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc.transaction_control import TransactionControl
 
 DEFAULT_PROBE_TRANSACTIONAL_ID = "kafka2pc-doctor-probe"
 
@@ -65,11 +65,12 @@ def probe_capabilities(
         enable_2pc, enable_detail = False, missing
         keep, keep_detail = False, missing
     else:
-        enable_2pc, enable_detail = _try_init(client, probe_transactional_id, enable_2pc=True, keep_prepared=False)
+        control = TransactionControl(client)
+        enable_2pc, enable_detail = _try_init(control, probe_transactional_id, enable_2pc=True, keep_prepared=False)
         if not enable_2pc and configs["transaction.two.phase.commit.enable"] == "false":
             # The broker answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED both for a missing ACL and for 2PC disabled.
             enable_detail += "; the broker has transaction.two.phase.commit.enable=false"
-        keep, keep_detail = _try_init(client, probe_transactional_id, enable_2pc=enable_2pc, keep_prepared=True)
+        keep, keep_detail = _try_init(control, probe_transactional_id, enable_2pc=enable_2pc, keep_prepared=True)
 
     return BrokerCapabilities(
         bootstrap_servers=client.bootstrap_servers,
@@ -95,12 +96,11 @@ _HINTS = {
 
 
 def _try_init(
-    client: ClusterClient, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool
+    control: TransactionControl, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool
 ) -> tuple[bool, str]:
-    response = init_producer_id(client, transactional_id, transaction_timeout_ms=60_000, enable_2pc=enable_2pc,
-                                keep_prepared=keep_prepared, two_phase_fields=True)
-    if response.error_code == 0:
-        return True, f"accepted (producer id {response.producer_id}, epoch {response.producer_epoch})"
-    name = error_name(response.error_code)
+    answer = control.probe_init(transactional_id, enable_2pc=enable_2pc, keep_prepared=keep_prepared)
+    if answer.error == 0 and answer.identity is not None:
+        return True, f"accepted (producer id {answer.identity.producer_id}, epoch {answer.identity.epoch})"
+    name = error_name(answer.error)
     hint = _HINTS.get(name)
     return False, f"refused: {name}" + (f" ({hint})" if hint else "")

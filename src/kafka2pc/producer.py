@@ -1,8 +1,8 @@
 """TwoPhaseProducer: a transactional Kafka producer that votes (prepare) apart from committing (KIP-939).
 
-The public face of three units: :class:`~kafka2pc.producer_core.ProducerCore` decides (sans-IO), the
-:class:`~kafka2pc.sender.RecordSender` is the data plane, and a transport (:class:`~kafka2pc.transport.KafkaTransport`
-on a real cluster) carries the commands out. This module only connects them.
+The public face of three units: the sans-IO core (:mod:`kafka2pc._core`) decides, the data plane
+(:mod:`kafka2pc._data`) batches and sends records, and a transport (the wire's KafkaTransport on a real cluster)
+carries the commands out. This module only connects them.
 """
 
 from __future__ import annotations
@@ -11,11 +11,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Protocol, TypeVar
+
+import attrs
 
 from kafka2pc import metrics
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.completion import TransactionOutcome
+from kafka2pc._core.driver import CoordinatorTransport, drive
+from kafka2pc._core.judge import TransactionOutcome
+from kafka2pc._core.machine import Machine
+from kafka2pc._core.messages import ClusterFacts
+from kafka2pc._core.producer_core import ProducerCore
+from kafka2pc._core.resend import COORDINATOR_RETRY
+from kafka2pc._core.setup import TWO_PHASE_SETTINGS
+from kafka2pc._core.states import State, TopicPartition
+from kafka2pc._data.produce import ProduceTransport
+from kafka2pc._data.records import Header
+from kafka2pc._data.sender import RecordSender, as_bytes, as_headers
+from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc._wire.kafka_transport import KafkaTransport
+from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import (
     AuthorizationError,
     Kafka2pcError,
@@ -23,18 +37,23 @@ from kafka2pc.errors import (
     TransactionAbortableError,
     TransactionLostError,
 )
-from kafka2pc.init_plan import TWO_PHASE_SETTINGS
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.producer_config import ProducerConfig
-from kafka2pc.producer_core import Done, ProducerCore, Step
-from kafka2pc.producer_states import State, TopicPartition
-from kafka2pc.records import Header
-from kafka2pc.sender import RecordSender, as_bytes, as_headers
-from kafka2pc.transport import KafkaTransport, Transport
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
-__all__ = ["State", "TransactionOutcome", "TwoPhaseProducer"]
+__all__ = ["State", "TransactionOutcome", "Transport", "TwoPhaseProducer"]
+
+#: data-plane failures after which the producer can only be closed (any other one only aborts the transaction)
+_FATAL_WRITE_ERRORS = (ProducerFencedError, AuthorizationError)
+
+
+class Transport(CoordinatorTransport, ProduceTransport, Protocol):
+    """Everything a producer needs of a cluster (the wire's KafkaTransport; a coordinator model in tests)."""
+
+    def cluster_facts(self) -> ClusterFacts:
+        """The protocol versions and features that decide how transactions run."""
+        ...
 
 
 class TwoPhaseProducer:
@@ -46,22 +65,27 @@ class TwoPhaseProducer:
     :attr:`two_phase_commit_active` to False.
 
     Not thread-safe: use one producer from one thread. Producers of one process may share connections by passing
-    the same ``cluster`` (a :class:`~kafka2pc.cluster_client.ClusterClient` for the same cluster), which they then do
-    not close. ``transport`` replaces the cluster altogether (tests run the producer against a coordinator model).
+    the same ``cluster`` (a :class:`~kafka2pc.cluster.ClusterClient` for the same cluster), which they then do not
+    close. A :class:`Transport` in its place (or as ``transport``) replaces the cluster altogether: tests run the
+    producer against a coordinator model.
+    Coordinator requests that may be repeated are sent again for up to ``max.block.ms``.
     """
 
     def __init__(self, config: Mapping[str, object], *, two_phase_commit: bool = False,
-                 cluster: ClusterClient | None = None, transport: Any = None):
+                 cluster: ClusterClient | Transport | None = None, transport: Transport | None = None):
         self._config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
+        if cluster is not None and not isinstance(cluster, ClusterClient):
+            cluster, transport = None, cluster
+        block_s = self._config.max_block_ms / 1000
         self._client: ClusterClient | None = None
         if transport is None:
-            self._client = cluster or ClusterClient(self._config.client,
-                                                    bootstrap_timeout_s=self._config.max_block_ms / 1000,
+            self._client = cluster or ClusterClient(self._config.client, bootstrap_timeout_s=block_s,
                                                     client_id=f"kafka2pc-{self._config.transactional_id}")
-            transport = KafkaTransport(self._client, timeout_s=self._config.max_block_ms / 1000)
+            transport = KafkaTransport(self._client, timeout_s=block_s)
         self._owns_client = cluster is None and self._client is not None
         self._transport: Transport = transport
-        self._core = ProducerCore(self._config.transactional_id)
+        self._core = ProducerCore(self._config.transactional_id,
+                                 retry=attrs.evolve(COORDINATOR_RETRY, timeout_s=block_s))
         self._sender = RecordSender(self._config, transport)
 
     # -- public properties -------------------------------------------------------------------------------------------
@@ -91,32 +115,29 @@ class TwoPhaseProducer:
 
     # -- driving the core --------------------------------------------------------------------------------------------
 
-    def _drive(self, step: Step) -> Any:
-        """Send the core's commands until its operation is done."""
-        try:
-            while not isinstance(step, Done):
-                step = self._core.on_answer(self._transport.execute(self.transactional_id, step))
-        except BaseException:
-            self._core.abandon()
-            raise
-        return step.result
+    def _run(self, operation: Machine[R]) -> R:
+        """Carry out one of the core's operations over the transport."""
+        return drive(self._transport, self.transactional_id, operation)
+
+    def _write_failed(self, error: Kafka2pcError) -> None:
+        """A data-plane failure moves the core: fenced or unauthorized is fatal, anything else abortable."""
+        if isinstance(error, _FATAL_WRITE_ERRORS):
+            self._core.fatal(error)
+        self._core.abortable(error)
 
     @contextlib.contextmanager
     def _sending(self) -> Iterator[None]:
-        """Data-plane failures move the core: fenced or unauthorized is fatal, anything else abortable."""
         try:
             yield
-        except (ProducerFencedError, AuthorizationError) as exc:
-            self._core.fatal(exc)
-        except TransactionAbortableError as exc:
-            self._core.abortable(exc)
+        except (*_FATAL_WRITE_ERRORS, TransactionAbortableError) as exc:
+            self._write_failed(exc)
 
     def _before_send(self, partitions: set[TopicPartition]) -> None:
         setup = self._core.setup
         if setup is not None and setup.transaction_version >= 2:
             self._core.note_sent()
         else:
-            self._drive(self._core.register(partitions))
+            self._run(self._core.register(partitions))
 
     # -- initialisation ----------------------------------------------------------------------------------------------
 
@@ -131,11 +152,10 @@ class TwoPhaseProducer:
         sent until it is settled, so nothing aborts it.
         """
         facts = self._transport.cluster_facts()
-        step = self._core.init(keep_prepared=keep_prepared_txn, two_phase_wanted=self._config.two_phase_commit,
-                               init_producer_id_max_version=facts.init_producer_id_max_version,
-                               transaction_version=facts.transaction_version,
-                               timeout_ms=self._config.transaction_timeout_ms)
-        held: PreparedTxnState | None = self._drive(step)
+        held = self._run(self._core.init(
+            keep_prepared=keep_prepared_txn, two_phase_wanted=self._config.two_phase_commit,
+            init_producer_id_max_version=facts.init_producer_id_max_version,
+            transaction_version=facts.transaction_version, timeout_ms=self._config.transaction_timeout_ms))
         reason = self._core.fallback_reason
         if reason is not None:
             metrics.TWO_PHASE_FALLBACKS.inc()
@@ -151,7 +171,7 @@ class TwoPhaseProducer:
 
     def begin_transaction(self) -> None:
         """Start a transaction. After a recovery with keep_prepared_txn=True this first fences earlier producers."""
-        self._drive(self._core.begin())
+        self._run(self._core.begin())
         state = self._core.open_transaction("begin_transaction")
         self._sender.begin(state.identity, transaction_version=state.setup.transaction_version,
                            before_send=self._before_send)
@@ -173,10 +193,8 @@ class TwoPhaseProducer:
         try:  # not the _sending() context manager: this runs once per record
             self._sender.append(topic, value, key, partition, headers=header_list,
                                 timestamp=timestamp if timestamp is not None else _now_ms())
-        except (ProducerFencedError, AuthorizationError) as exc:
-            self._core.fatal(exc)
-        except TransactionAbortableError as exc:
-            self._core.abortable(exc)
+        except (*_FATAL_WRITE_ERRORS, TransactionAbortableError) as exc:
+            self._write_failed(exc)
 
     def produce_batch(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None] | None = None,
                       partition: int | None = None) -> None:
@@ -223,13 +241,13 @@ class TwoPhaseProducer:
         if self._core.name is State.IN_TRANSACTION:
             with self._sending():
                 self._sender.flush()
-        self._ended(self._core.end(commit=True, operation="commit_transaction"))
+        self._ended(self._core.end(commit=True))
 
     def abort_transaction(self) -> None:
         """Abort the current (or recovered) transaction; unsent records are dropped."""
-        step = self._core.end(commit=False, operation="abort_transaction")
+        operation = self._core.end(commit=False)
         self._sender.discard()
-        self._ended(step)
+        self._ended(operation)
 
     def complete_transaction(self, state: PreparedTxnState | str) -> TransactionOutcome:
         """Commit the prepared transaction if ``state`` names it; otherwise abort it. Returns what became of the
@@ -248,19 +266,17 @@ class TwoPhaseProducer:
         requested = PreparedTxnState.parse(state) if isinstance(state, str) else state
         if not isinstance(requested, PreparedTxnState):
             raise TypeError(f"state must be a PreparedTxnState or its string, got {type(state).__name__}")
-        step = self._core.complete(requested)
+        operation = self._core.complete(requested)
         self._sender.discard()
-        outcome: TransactionOutcome = self._ended(step)
-        return outcome
+        return self._ended(operation)
 
-    def _ended(self, step: Step) -> Any:
+    def _ended(self, operation: Machine[TransactionOutcome]) -> TransactionOutcome:
         try:
-            outcome = self._drive(step)
+            outcome = self._run(operation)
         except TransactionLostError:
             metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
             raise
-        if isinstance(outcome, TransactionOutcome):
-            metrics.TRANSACTIONS_ENDED.labels(outcome=outcome.value).inc()
+        metrics.TRANSACTIONS_ENDED.labels(outcome=outcome.value).inc()
         return outcome
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------

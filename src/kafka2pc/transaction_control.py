@@ -1,106 +1,84 @@
-"""Operations on transactional ids through their coordinators, without owning a producer: describe, list, commit a
-decided transaction, abort one exactly. Shared by the sink's committer and recovery, the dual writer and the CLI.
+"""Operations on transactional ids through their coordinators, without owning a producer: describe, list, fence,
+commit a decided transaction, abort one exactly. Used by the sink's committer and recovery, the dual writer, the
+Spark sink and the CLI.
 
-Every ending goes through :class:`~kafka2pc.completion.Completion`, the one interpreter of how a transaction ends,
-driven over a transport (:class:`~kafka2pc.transport.KafkaTransport` on a real cluster).
+Every ending goes through the core's :class:`~kafka2pc._core.completion.Completion`, the one machine that decides
+how a transaction ends, driven by the one driver over a transport (the wire's KafkaTransport on a real cluster, a
+coordinator model in the model-based tests).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Protocol, TypeVar
 
 import attrs
 
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.completion import Completion, Goal, Settled, TransactionOutcome, end_version
-from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
-from kafka2pc.errors import TransactionOutcomeUnknownError
-from kafka2pc.listing import IncompleteListingError, TransactionListing
+from kafka2pc._core.completion import Completion, Goal, Settled
+from kafka2pc._core.driver import CoordinatorTransport, drive, drive_all
+from kafka2pc._core.judge import TransactionOutcome, end_version
+from kafka2pc._core.machine import Machine
+from kafka2pc._core.messages import (
+    ONGOING,
+    OPEN_STATES,
+    ClusterFacts,
+    ConfigValue,
+    Described,
+    DescribeTransaction,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+    ReadBrokerConfig,
+    TransactionDescription,
+    TransactionListing,
+)
+from kafka2pc._core.requests import LookUntilSettled, Request
+from kafka2pc._core.resend import COORDINATOR_RETRY, Resending
+from kafka2pc._core.retry import Retry
+from kafka2pc._core.setup import FENCE_TIMEOUT_MS, init_error
+from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc._wire.kafka_transport import KafkaTransport
+from kafka2pc.errors import BrokerUnavailableError, TransactionOutcomeUnknownError
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.transport import KafkaTransport, TransactionDescription, init_producer_id
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-
-__all__ = ["OPEN_STATES", "IncompleteListingError", "TransactionControl", "TransactionDescription",
-           "TransactionListing", "init_producer_id", "settle"]
-
-
-def settle_all(transport: Any, completions: Sequence[Completion]) -> list[Settled | Exception]:
-    """Drive several completions at once: each round sends every pending command together (the transport's
-    ``execute_all``, one round trip, where it has one). Returns, in order, each one's Settled or the error it ended
-    with; one failing never stops the others."""
-    results: list[Settled | Exception | None] = [None] * len(completions)
-    steps: dict[int, Any] = {}
-    for index, completion in enumerate(completions):
-        steps[index] = completion.start()
-    while steps:  # bounded: every Completion settles or raises after a bounded number of commands
-        pending = sorted(steps)
-        commands = [(completions[i].transactional_id, steps[i]) for i in pending]
-        answers = _execute_each(transport, commands)
-        for index, answer in zip(pending, answers, strict=True):
-            if isinstance(answer, Exception):
-                results[index] = answer
-                del steps[index]
-                continue
-            try:
-                step = completions[index].on_answer(answer)
-            except Exception as exc:
-                results[index] = exc
-                del steps[index]
-                continue
-            if isinstance(step, Settled):
-                results[index] = step
-                del steps[index]
-            else:
-                steps[index] = step
-    return [r for r in results if r is not None]
+__all__ = ["ONGOING", "OPEN_STATES", "ControlTransport", "ObservedTransaction", "ProducerIdentity", "Settled",
+           "TransactionControl", "TransactionDescription", "TransactionListing", "TransactionOutcome"]
 
 
-def _execute_each(transport: Any, commands: list[tuple[str, Any]]) -> list[Any]:
-    """Answers to ``commands`` (all at once where the transport can); an error belongs to its own command only."""
-    execute_all = getattr(transport, "execute_all", None)
-    if execute_all is not None:
-        try:
-            return list(execute_all(commands))
-        except Exception as exc:  # e.g. one id's coordinator cannot be found: ask each on its own
-            log.debug("concurrent round failed (%r); one by one", exc)
-    answers: list[Any] = []
-    for txn_id, command in commands:
-        try:
-            answers.append(transport.execute(txn_id, command))
-        except Exception as exc:
-            answers.append(exc)
-    return answers
+class ControlTransport(CoordinatorTransport, Protocol):
+    """What :class:`TransactionControl` needs of a cluster."""
 
+    def cluster_facts(self) -> ClusterFacts:
+        """The protocol versions and features that decide how transactions run."""
+        ...
 
-def settle(transport: Any, transactional_id: str, completion: Completion) -> Settled:
-    """Send ``completion``'s commands over ``transport`` until it settles."""
-    step = completion.start()
-    while True:
-        outcome = completion.on_answer(transport.execute(transactional_id, step))
-        if isinstance(outcome, Settled):
-            return outcome
-        step = outcome
+    def list_transactions(self, *, states: Sequence[str] = (), pattern: str | None = None,
+                          running_longer_than_ms: int | None = None) -> list[TransactionListing]:
+        """ListTransactions on every broker: complete, or IncompleteListingError."""
+        ...
 
 
 class TransactionControl:
     """Coordinator-side operations on transactional ids.
 
-    ``transport`` is a :class:`~kafka2pc.cluster_client.ClusterClient` (wrapped in a KafkaTransport) or any object
-    with KafkaTransport's methods (the model-based tests pass a coordinator model). ``transaction_version`` is the
-    protocol of transactions whose handle does not record it (default: the cluster's current one).
+    ``cluster`` is a :class:`~kafka2pc.cluster.ClusterClient`, or any :class:`ControlTransport` (the model-based
+    tests pass a coordinator model). ``transaction_version`` is the protocol of transactions whose handle does not
+    record it (default: the cluster's current one). Requests that may be repeated are sent again for up to
+    ``timeout_s``.
     """
 
-    def __init__(self, transport: ClusterClient | Any, *, transaction_version: int | None = None,
+    def __init__(self, cluster: ClusterClient | ControlTransport, *, transaction_version: int | None = None,
                  timeout_s: float = 60.0):
-        if isinstance(transport, ClusterClient):
-            transport = KafkaTransport(transport, timeout_s=timeout_s)
-        self.transport = transport
+        self.transport: ControlTransport = KafkaTransport(cluster, timeout_s=timeout_s) \
+            if isinstance(cluster, ClusterClient) else cluster
         self._transaction_version = transaction_version
+        self._retry = attrs.evolve(COORDINATOR_RETRY, timeout_s=timeout_s)
 
     @property
     def transaction_version(self) -> int:
@@ -109,8 +87,11 @@ class TransactionControl:
             self._transaction_version = int(self.transport.cluster_facts().transaction_version)
         return self._transaction_version
 
-    def _version_of(self, transaction: PreparedTxnState, *, commit: bool) -> int:
-        return end_version(transaction, commit, self.transaction_version)
+    def _run(self, transactional_id: str, machine: Machine[R]) -> R:
+        return drive(self.transport, transactional_id, Resending(machine, self._retry))
+
+    def _run_all(self, machines: Sequence[tuple[str, Machine[R]]]) -> list[R | Exception]:
+        return drive_all(self.transport, [(txn_id, Resending(machine, self._retry)) for txn_id, machine in machines])
 
     def _recorded(self, transaction: PreparedTxnState) -> PreparedTxnState:
         """``transaction`` with its protocol filled in where it is certain: a v1 cluster never ran a v2 one."""
@@ -120,51 +101,88 @@ class TransactionControl:
 
     # -- reading -----------------------------------------------------------------------------------------------------
 
+    def _described(self, transactional_id: str) -> Described:
+        return _as_described(transactional_id, self._run(transactional_id, Request(DescribeTransaction())))
+
     def describe_full(self, transactional_id: str) -> TransactionDescription | None:
         """Everything DescribeTransactions says of ``transactional_id``; None if the coordinator does not know it."""
-        found: TransactionDescription | None = self.transport.describe_full(transactional_id)
-        return found
+        return self._described(transactional_id).description
 
     def describe(self, transactional_id: str) -> ObservedTransaction | None:
         """State, producer id and epoch of ``transactional_id``; None if unknown."""
-        found = self.describe_full(transactional_id)
-        return None if found is None else ObservedTransaction(found.state, found.producer_id, found.epoch)
+        return self._described(transactional_id).observed
+
+    def describe_all(self, transactional_ids: Sequence[str]) -> list[ObservedTransaction | Exception | None]:
+        """:meth:`describe` of many ids at once (one round trip when all goes well); in order, each one's state or
+        the error it could not be read with."""
+        answers = self._run_all([(txn_id, Request(DescribeTransaction())) for txn_id in transactional_ids])
+        return [_observed_or_error(txn_id, answer) for txn_id, answer in zip(transactional_ids, answers, strict=True)]
+
+    def wait_until_settled(self, transactional_id: str, within_s: float) -> ObservedTransaction | None:
+        """:meth:`describe`, looking again (for up to ``within_s``) while the id's last transaction is still writing
+        its markers; returns what was seen last."""
+        policy = Retry(timeout_s=within_s, backoff_s=0.05, factor=1.0)
+        return self._run(transactional_id, LookUntilSettled(transactional_id, policy))
 
     def list(self, *, states: Iterable[str] = (), pattern: str | None = None,
              running_longer_than_ms: int | None = None) -> list[TransactionListing]:
-        """ListTransactions on every broker: complete, or :class:`~kafka2pc.listing.IncompleteListingError`."""
-        listed: list[TransactionListing] = self.transport.list_transactions(
-            states=list(states), pattern=pattern, running_longer_than_ms=running_longer_than_ms)
-        return listed
+        """ListTransactions on every broker: complete, or :class:`~kafka2pc.errors.IncompleteListingError`."""
+        return self.transport.list_transactions(states=list(states), pattern=pattern,
+                                                running_longer_than_ms=running_longer_than_ms)
 
     def broker_config(self, name: str) -> str | None:
         """A broker config's value; None where it cannot be read."""
-        value: str | None = self.transport.broker_config(name)
-        return value
+        answer = self._run("", Request(ReadBrokerConfig(name)))
+        return answer.value if isinstance(answer, ConfigValue) else None
+
+    # -- fencing -----------------------------------------------------------------------------------------------------
+
+    def fence(self, transactional_id: str) -> ProducerIdentity:
+        """A fresh InitProducerId for ``transactional_id`` with no transaction after it: every earlier producer of
+        the id is fenced (an open transaction of it is aborted). Returns the new producer id and epoch."""
+        answer = self._run(transactional_id, Request(InitProducerId(FENCE_TIMEOUT_MS)))
+        if isinstance(answer, NoAnswer):
+            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}")
+        assert isinstance(answer, InitAnswer)
+        if answer.identity is None or answer.error:
+            raise init_error(transactional_id, answer.error, FENCE_TIMEOUT_MS)
+        return answer.identity
+
+    def probe_init(self, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool) -> InitAnswer:
+        """InitProducerId with these KIP-939 fields, only to see what the coordinator answers (``kafka2pc doctor``):
+        it fences the id like any fresh InitProducerId."""
+        answer = self._run(transactional_id, Request(InitProducerId(
+            60_000, enable_2pc=enable_2pc, keep_prepared=keep_prepared)))
+        if isinstance(answer, NoAnswer):
+            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}")
+        assert isinstance(answer, InitAnswer)
+        return answer
 
     # -- ending ------------------------------------------------------------------------------------------------------
+
+    def _committing(self, transactional_id: str, transaction: PreparedTxnState) -> Completion:
+        transaction = self._recorded(transaction)
+        return Completion(transactional_id, transaction, Goal.COMMIT,
+                          end_version(transaction, True, self.transaction_version))
+
+    def _aborting(self, transactional_id: str, transaction: PreparedTxnState) -> Completion:
+        return Completion.aborting(transactional_id, self._recorded(transaction), self.transaction_version,
+                                   writer_may_live=True)
 
     def commit(self, transactional_id: str, transaction: PreparedTxnState) -> Settled:
         """Commit exactly ``transaction`` (idempotent: an already committed one reports so). Raises
         :class:`~kafka2pc.errors.TransactionLostError` if it was aborted or never ran, and
         :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` if its fate cannot be known."""
-        transaction = self._recorded(transaction)
-        completion = Completion(transactional_id, transaction, Goal.COMMIT, self._version_of(transaction, commit=True))
-        return settle(self.transport, transactional_id, completion)
+        return self._run(transactional_id, self._committing(transactional_id, transaction))
 
     def commit_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`commit` for many transactions at once (one round trip when all goes well); in order, each one's
         Settled or the error it ended with."""
-        recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
-        return settle_all(self.transport, [Completion(txn_id, state, Goal.COMMIT, self._version_of(state, commit=True))
-                                           for txn_id, state in recorded])
+        return self._run_all([(txn_id, self._committing(txn_id, state)) for txn_id, state in transactions])
 
     def abort_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
         """:meth:`abort` for many transactions at once."""
-        recorded = [(txn_id, self._recorded(state)) for txn_id, state in transactions]
-        return settle_all(self.transport, [
-            Completion.aborting(txn_id, state, self.transaction_version, writer_may_live=True)
-            for txn_id, state in recorded])
+        return self._run_all([(txn_id, self._aborting(txn_id, state)) for txn_id, state in transactions])
 
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
         """:meth:`commit`; True once committed."""
@@ -175,9 +193,7 @@ class TransactionControl:
         never touched. The settled outcome says ABORTED (now or before, or it never ran) or COMMITTED (it had
         already committed: nothing was done). Protocol v1 (no epoch bump on abort) also fences the identity, after
         looking that the id is still at it (``settled.fenced`` says whether that worked)."""
-        transaction = self._recorded(transaction)
-        completion = Completion.aborting(transactional_id, transaction, self.transaction_version, writer_may_live=True)
-        return settle(self.transport, transactional_id, completion)
+        return self._run(transactional_id, self._aborting(transactional_id, transaction))
 
     def abort_ongoing(self, transactional_id: str, *, producer_id: int | None = None) -> ObservedTransaction | None:
         """Abort the transaction open on ``transactional_id`` now (only if its producer id is ``producer_id``,
@@ -206,6 +222,20 @@ class TransactionControl:
         return observed
 
 
-def identity_of(observed: ObservedTransaction) -> ProducerIdentity:
-    """The producer id and epoch of an observed transaction."""
-    return observed.identity
+
+def _as_described(transactional_id: str, answer: object) -> Described:
+    """A DescribeTransactions answer, or the error a lost one (or a failure) stands for, raised."""
+    if isinstance(answer, Exception):
+        raise answer
+    if isinstance(answer, NoAnswer):
+        raise BrokerUnavailableError(f"DescribeTransactions of {transactional_id!r}: {answer.reason}")
+    if not isinstance(answer, Described):
+        raise TypeError(f"unexpected answer {answer!r}")
+    return answer
+
+
+def _observed_or_error(transactional_id: str, answer: object) -> ObservedTransaction | Exception | None:
+    try:
+        return _as_described(transactional_id, answer).observed
+    except Exception as exc:
+        return exc

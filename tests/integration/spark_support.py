@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kafka2pc.audit import RecordDecoder, audit_topic
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.sink import TransactionalIdGrammar
 from kafka2pc.spark.state import SinkStore

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka2pc.cli import main
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.testing.verify import end_offsets, read_records
 from kafka2pc.transaction_control import TransactionControl

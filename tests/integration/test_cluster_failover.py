@@ -2,7 +2,7 @@
 
 import pytest
 
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.testing.verify import read_records, values
 from tests.integration.txn_helpers import produce_all, transactional_producer

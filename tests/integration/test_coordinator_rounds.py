@@ -5,11 +5,11 @@ sent again one by one (correct, but three more round trips after the round)."""
 
 import pytest
 
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc._core.messages import Described, DescribeTransaction, EndTxn, ProducerIdentity
+from kafka2pc._wire.kafka_transport import KafkaTransport
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.coordinator_messages import Described, DescribeTransaction, EndTxn, ProducerIdentity
 from kafka2pc.transaction_control import TransactionControl
-from kafka2pc.transport import KafkaTransport
 from tests.integration.producer_support import new_txn_id, producer
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,14 @@ from typing import Any
 
 import pytest
 
-from kafka2pc.dualwrite import DualWriter, DualWriteRecoveryError
-from kafka2pc.errors import Kafka2pcError, ProducerFencedError, RecordTooLargeError, TransactionLostError
+from kafka2pc.dualwrite import DualWriter
+from kafka2pc.errors import (
+    DualWriteRecoveryError,
+    Kafka2pcError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionLostError,
+)
 from kafka2pc.testing import PRE_2PC_KAFKA_VERSION, BrokerSettings
 from kafka2pc.testing.proxy import FaultProxy
 from kafka2pc.testing.verify import read_records
@@ -297,7 +303,7 @@ def test_a_postgres_backend_terminated_at_commit_is_settled_by_recovery(database
 
 
 def open_transaction_count(bootstrap: str, transactional_id: str) -> int:
-    from kafka2pc.cluster_client import ClusterClient  # noqa: PLC0415
+    from kafka2pc.cluster import ClusterClient  # noqa: PLC0415
     from kafka2pc.config import ClientConfig  # noqa: PLC0415
     from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
 

@@ -13,21 +13,15 @@ from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListT
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
-from kafka2pc import (
-    BrokerUnavailableError,
-    Kafka2pcError,
-    PreparedTxnState,
-    TransactionOutcome,
-    TransactionStateError,
-    TwoPhaseProducer,
-)
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc import PreparedTxnState, TransactionOutcome, TwoPhaseProducer
+from kafka2pc._core.states import State
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.producer_states import State
+from kafka2pc.errors import BrokerUnavailableError, IncompleteListingError, Kafka2pcError, TransactionStateError
 from kafka2pc.sink import FileDecisionLog, recover
 from kafka2pc.testing.proxy import CUT, DROP, FaultProxy
 from kafka2pc.testing.verify import create_topic, end_offsets, read_records, values
-from kafka2pc.transaction_control import OPEN_STATES, IncompleteListingError, TransactionControl
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 from tests.integration.producer_support import new_txn_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -309,7 +303,7 @@ def test_lost_produce_answer_is_retried_with_the_same_sequence(broker, proxy, to
     txn_id = new_txn_id("lost-produce")
     payloads = [f"produce-{i:05d}".encode() for i in range(3000)]
     # small batches: several send rounds, so the lost answer is followed by batches that must not overtake it
-    with caplog.at_level(logging.DEBUG, logger="kafka2pc.sender"), \
+    with caplog.at_level(logging.DEBUG, logger="kafka2pc._data.sender"), \
             two_phase_producer(proxy.bootstrap_servers, txn_id, **{"batch.size": 4096}) as p:
         p.init_transactions()
         p.begin_transaction()

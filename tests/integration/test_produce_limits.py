@@ -8,14 +8,9 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from kafka2pc import (
-    RecordTooLargeError,
-    TransactionAbortableError,
-    TransactionOutcome,
-    TransactionStateError,
-    TwoPhaseProducer,
-)
-from kafka2pc.producer_states import State
+from kafka2pc import TransactionOutcome, TwoPhaseProducer
+from kafka2pc._core.states import State
+from kafka2pc.errors import RecordTooLargeError, TransactionAbortableError, TransactionStateError
 from kafka2pc.testing.verify import read_records, values
 from tests.integration.producer_support import new_txn_id
 
@@ -106,7 +101,7 @@ def test_batches_over_a_lowered_max_message_bytes_are_split_and_land_exactly_onc
     bulk = {partition: [f"bulk-{partition}-{i:05d}".encode() * 3 for i in range(4000)] for partition in range(2)}
     singles = [f"single-{i:04d}".encode() * 4 for i in range(1500)]
     assert sum(map(len, bulk[0])) > 5 * TOPIC_LIMIT
-    with caplog.at_level(logging.INFO, logger="kafka2pc.sender"), \
+    with caplog.at_level(logging.INFO, logger="kafka2pc._data.sender"), \
             two_phase_producer(broker.bootstrap_servers) as p:
         p.init_transactions()
         p.begin_transaction()

@@ -4,11 +4,10 @@ import logging
 
 import pytest
 
-from kafka2pc import (
+from kafka2pc import PreparedTxnState, TransactionOutcome
+from kafka2pc.errors import (
     InvalidPreparedStateError,
-    PreparedTxnState,
     ProducerFencedError,
-    TransactionOutcome,
     TransactionOutcomeUnknownError,
     TransactionStateError,
 )

@@ -5,9 +5,10 @@ import uuid
 import pytest
 from kafka.protocol.admin.acl import CreateAclsRequest
 
-from kafka2pc import AuthorizationError, PreparedTxnState, TransactionOutcome, TwoPhaseProducer
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc import PreparedTxnState, TransactionOutcome, TwoPhaseProducer
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
+from kafka2pc.errors import AuthorizationError
 from kafka2pc.testing import BrokerSettings
 from kafka2pc.testing.verify import create_topic, read_records, values
 

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from kafka2pc import PreparedTxnState, TransactionLostError, TransactionOutcome
+from kafka2pc import PreparedTxnState, TransactionOutcome
+from kafka2pc.errors import TransactionLostError
 from kafka2pc.testing import PRE_2PC_KAFKA_VERSION, BrokerSettings
 from kafka2pc.testing.verify import create_topic, read_records, values
 from tests.integration.producer_support import crash_writer, new_txn_id, producer

@@ -7,9 +7,10 @@ from collections import defaultdict
 import pytest
 
 from kafka2pc import abort_lingering
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import DecisionLogCorruptError, FileDecisionLog, TransactionalIdGrammar, recover
+from kafka2pc.errors import DecisionLogCorruptError
+from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, recover
 from kafka2pc.testing.verify import end_offsets, read_records
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 from tests.integration.sink_support import leave_lingering, run_with_crashes, workload_command

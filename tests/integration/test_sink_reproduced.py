@@ -10,9 +10,10 @@ import uuid
 import pytest
 
 from kafka2pc import TwoPhaseProducer
-from kafka2pc.cluster_client import ClusterClient
+from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import Committer, Decision, DecisionConflictError, FileDecisionLog, SubtaskWriter, recover
+from kafka2pc.errors import DecisionConflictError
+from kafka2pc.sink import Committer, Decision, FileDecisionLog, SubtaskWriter, recover
 from kafka2pc.testing import BrokerSettings
 from kafka2pc.testing.verify import create_topic, end_offsets, read_records, values
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl

@@ -20,12 +20,12 @@ from pyspark.taskcontext import TaskContext  # noqa: E402
 
 from kafka2pc import TransactionNamingStrategy  # noqa: E402
 from kafka2pc.cli import main as cli_main  # noqa: E402
+from kafka2pc.errors import BatchOverError, IdInUseError, WriteConflictError  # noqa: E402
 from kafka2pc.sink import FileDecisionLog  # noqa: E402
 from kafka2pc.spark.columns import Columns  # noqa: E402
-from kafka2pc.spark.driver import SinkDriver, WriteConflictError  # noqa: E402
+from kafka2pc.spark.driver import SinkDriver  # noqa: E402
 from kafka2pc.spark.options import SinkOptions  # noqa: E402
-from kafka2pc.spark.task import IdInUseError, TaskPlan, write_partition  # noqa: E402
-from kafka2pc.spark.window import BatchOverError  # noqa: E402
+from kafka2pc.spark.task import TaskPlan, write_partition  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 

@@ -40,11 +40,12 @@ from typing import Any
 import attrs
 from kafka.record.default_records import DefaultRecordBatch
 
-from kafka2pc import broker_errors as codes
-from kafka2pc.coordinator_messages import (
+from kafka2pc._core import codes
+from kafka2pc._core.messages import (
     AddAnswer,
     AddPartitions,
     Answer,
+    ClusterFacts,
     Command,
     ConfigValue,
     Described,
@@ -57,8 +58,10 @@ from kafka2pc.coordinator_messages import (
     ObservedTransaction,
     ProducerIdentity,
     ReadBrokerConfig,
+    TransactionDescription,
+    TransactionListing,
 )
-from kafka2pc.transport import ClusterFacts, ProduceCall, ProduceReply, TransactionDescription, TransactionListing
+from kafka2pc._data.produce import ProduceCall, ProduceReply
 
 EXHAUSTED = 32766
 MAX_EPOCH = 32767
@@ -304,10 +307,10 @@ class CoordinatorModel:
 @attrs.define
 class Faults:
     """What goes wrong on the way: each list is consumed front first. ``lost_answers``: the coordinator acted but
-    the answer is lost for good (NoAnswer); ``retried_answers``: the answer is lost and the transport sends the
-    request again (what a lost response followed by a retry does); ``dropped_requests``: the request never arrived;
-    ``lost_produce``: a Produce response is lost after
-    the leader wrote."""
+    the answer is lost for good (NoAnswer once the resend budget is spent); ``retried_answers``: the answer of a
+    command that may be sent again is lost once, and the machine sends it again (what a lost response followed by a
+    retry does); ``dropped_requests``: the request never arrived (for good); ``lost_produce``: a Produce response is
+    lost after the leader wrote."""
 
     lost_answers: list[bool] = attrs.Factory(list)
     #: the request never reached the coordinator (NoAnswer, nothing done)
@@ -322,15 +325,27 @@ class Faults:
         return queue.pop(0) if queue else False
 
 
+#: how long a fault that ends in NoAnswer takes on the model's clock: longer than any resend budget, so the machine
+#: gets the NoAnswer (the real transport's give-up after max.block.ms); a retried answer takes no time
+GIVE_UP_S = 3600.0
+
+
 class ModelTransport:
     """kafka2pc's transport interface, answered by a :class:`CoordinatorModel` (a producer's ``transport=``, and
-    TransactionControl's)."""
+    TransactionControl's). It keeps a virtual clock: a command's ``after_s`` moves it, and so does a fault that
+    loses a request or its answer for good (:data:`GIVE_UP_S`)."""
 
     def __init__(self, model: CoordinatorModel, faults: Faults | None = None, *, topics: dict[str, int] | None = None):
         self.model = model
         self.faults = faults or Faults()
         self.topics = topics or {"t": 2}
         self.sent: list[Command] = []
+        self.clock = 0.0
+        #: how many concurrent rounds (execute_all) were sent
+        self.rounds = 0
+
+    def now(self) -> float:
+        return self.clock
 
     def cluster_facts(self) -> ClusterFacts:
         return ClusterFacts(6 if self.model.two_phase_enabled else 5, self.model.transaction_version)
@@ -338,42 +353,42 @@ class ModelTransport:
     def _apply(self, transactional_id: str, command: Command) -> Answer:
         model = self.model
         if isinstance(command, InitProducerId):
-            for _ in range(3):  # the real transport retries CONCURRENT_TRANSACTIONS
-                answer = model.init_producer_id(transactional_id, command)
-                if answer.error != codes.CONCURRENT_TRANSACTIONS:
-                    return answer
-            raise AssertionError("InitProducerId kept answering CONCURRENT_TRANSACTIONS")
+            return model.init_producer_id(transactional_id, command)
         if isinstance(command, EndTxn):
             return model.end_txn(transactional_id, command)
         if isinstance(command, AddPartitions):
             return AddAnswer(model.add_partitions(transactional_id, command.identity, set(command.partitions)))
         if isinstance(command, DescribeTransaction):
-            return Described(model.describe(transactional_id))
+            return Described(model.describe(transactional_id), description=self._description(transactional_id))
         if isinstance(command, ReadBrokerConfig):
             values = {"transaction.two.phase.commit.enable": str(model.two_phase_enabled).lower(),
                       "transaction.max.timeout.ms": str(model.max_timeout_ms)}
             return ConfigValue(values.get(command.name))
         raise TypeError(command)
 
+    def _lost(self, reason: str, *, sent: bool = True) -> NoAnswer:
+        self.clock += GIVE_UP_S
+        return NoAnswer(reason, sent=sent)
+
     def execute(self, transactional_id: str, command: Command) -> Answer:
         self.sent.append(command)
-        if isinstance(command, InitProducerId) and command.once:  # a guarded bump: never re-sent, busy returned
-            if Faults.take(self.faults.dropped_requests):
-                return NoAnswer("the request was lost (model)")
-            answer = self.model.init_producer_id(transactional_id, command)
-            return NoAnswer("the answer was lost (model)") if Faults.take(self.faults.lost_answers) else answer
+        self.clock += command.after_s
         if isinstance(command, DescribeTransaction) and Faults.take(self.faults.failed_describes):
-            return NoAnswer("the DescribeTransactions answer was lost (model)")
+            return self._lost("the DescribeTransactions answer was lost (model)")
         if isinstance(command, DescribeTransaction | ReadBrokerConfig):
             return self._apply(transactional_id, command)
         if Faults.take(self.faults.dropped_requests):
-            return NoAnswer("the request was lost (model)")
+            return self._lost("the request was lost (model)")
         answer = self._apply(transactional_id, command)
-        if Faults.take(self.faults.retried_answers):
-            return self._apply(transactional_id, command)
+        if command.resend_safe and Faults.take(self.faults.retried_answers):
+            return NoAnswer("the answer was lost; the machine sends it again (model)")
         if Faults.take(self.faults.lost_answers):
-            return NoAnswer("the answer was lost (model)")
+            return self._lost("the answer was lost (model)")
         return answer
+
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
+        self.rounds += 1
+        return [self.execute(transactional_id, command) for transactional_id, command in commands]
 
     # -- data plane --------------------------------------------------------------------------------------------------
 
@@ -398,12 +413,7 @@ class ModelTransport:
 
     # -- TransactionControl ------------------------------------------------------------------------------------------
 
-    def broker_config(self, name: str) -> str | None:
-        answer = self._apply("", ReadBrokerConfig(name))
-        assert isinstance(answer, ConfigValue)
-        return answer.value
-
-    def describe_full(self, transactional_id: str) -> TransactionDescription | None:
+    def _description(self, transactional_id: str) -> TransactionDescription | None:
         meta = self.model.ids.get(transactional_id)
         if meta is None:
             return None

@@ -1,6 +1,7 @@
 import pytest
 
-from kafka2pc import ClientConfig, ConfigError
+from kafka2pc import ClientConfig
+from kafka2pc.errors import ConfigError
 
 
 def test_valid_config_maps_to_kafka_python_names():

@@ -1,6 +1,7 @@
 import pytest
 
-from kafka2pc import InvalidPreparedStateError, PreparedTxnState
+from kafka2pc import PreparedTxnState
+from kafka2pc.errors import InvalidPreparedStateError
 
 
 @pytest.mark.parametrize("text", ["0:0", "123:45", "9223372036854775807:32767"])

@@ -1,7 +1,8 @@
 import pytest
 
-from kafka2pc import ConfigError, TwoPhaseProducer
-from kafka2pc.producer_config import ProducerConfig
+from kafka2pc import TwoPhaseProducer
+from kafka2pc.config import ProducerConfig
+from kafka2pc.errors import ConfigError
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092", "transactional.id": "t-1"}
 

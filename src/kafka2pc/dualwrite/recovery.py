@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from kafka2pc.coordinator_messages import ONGOING, ObservedTransaction, ProducerIdentity
 from kafka2pc.prepared_state import MAX_EPOCH, PreparedTxnState
+from kafka2pc.transaction_control import ONGOING, ObservedTransaction, ProducerIdentity
 
 #: a stored transaction at this epoch or later may be the last before the producer id rotated (a v1 producer bumps
 #: twice between transactions, and the bump that would reach 32766 rotates instead)

@@ -10,43 +10,31 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.config import ClientConfig
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig, ProducerConfig
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import (
     ConfigError,
+    DualWriteIncompleteError,
+    DualWriteOutcomeUnknownError,
+    DualWriteRecoveryError,
     Kafka2pcError,
     ProducerFencedError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.producer import TwoPhaseProducer
-from kafka2pc.producer_config import PRODUCER_KEYS, ProducerConfig
-from kafka2pc.records import Header
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.producer import Transport, TwoPhaseProducer
+from kafka2pc.transaction_control import ControlTransport, TransactionControl
 
 log = logging.getLogger(__name__)
 
 
-class DualWriteRecoveryError(Kafka2pcError):
-    """Recovery cannot tell what to do with the stored transaction; nothing was changed. After checking, an operator
-    may call :meth:`DualWriter.resolve`."""
-
-
-class DualWriteOutcomeUnknownError(Kafka2pcError):
-    """The database commit failed in a way that leaves its outcome unknown (a lost connection): the Kafka
-    transaction stays prepared; :meth:`DualWriter.recover` on a working connection commits or aborts it by what the
-    database holds."""
-
-
-class DualWriteIncompleteError(Kafka2pcError):
-    """The database committed, completing the Kafka transaction failed: it is decided and stays prepared; the
-    writer's next ``transaction()`` (or :meth:`DualWriter.recover`, or a successor's) commits it first. Do not write
-    it again."""
+class ClusterTransport(Transport, ControlTransport, Protocol):
+    """What a dual writer needs of a cluster when it is not given a real one (a coordinator model, in tests)."""
 
 
 class DualWriteTransaction:
@@ -57,7 +45,7 @@ class DualWriteTransaction:
         self._producer = producer
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
-                headers: Sequence[Header] | Mapping[str, bytes | None] | None = None) -> None:
+                headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None) -> None:
         """Add a record to the Kafka transaction (TwoPhaseProducer.produce's arguments)."""
         self._producer.produce(topic, value, key, partition, headers)
 
@@ -70,7 +58,7 @@ class DualWriter:
     through the state row's owner). ``transport`` replaces the network (a coordinator model, in tests)."""
 
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
-                 state_table: str = "kafka2pc_dual_write_state", transport: Any = None):
+                 state_table: str = "kafka2pc_dual_write_state", transport: ClusterTransport | None = None):
         self.transactional_id = str(config.get("transactional.id") or "")
         if not self.transactional_id:
             raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
@@ -97,7 +85,10 @@ class DualWriter:
         return TwoPhaseProducer(self._config, two_phase_commit=self._two_phase_commit, transport=self._transport)
 
     def _control(self) -> TransactionControl:
-        return TransactionControl(self._client if self._client is not None else self._transport)
+        if self._client is not None:
+            return TransactionControl(self._client)
+        assert self._transport is not None
+        return TransactionControl(self._transport)
 
     @property
     def connection(self) -> Any:

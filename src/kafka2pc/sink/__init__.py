@@ -1,20 +1,21 @@
 """The engine-neutral sink core: pooled transactional ids, the writer/committer cycle, the decision log and
-recovery (FLIP-511's design, for kafka2pc). The Spark sink and the DB dual-writer sit on it."""
+recovery (FLIP-511's design, for kafka2pc). It runs over a :class:`~kafka2pc.TransactionControl` (a real cluster, or
+the coordinator model in tests); the Spark sink sits on it."""
 
 from __future__ import annotations
 
-from kafka2pc.sink.committer import Committer
-from kafka2pc.sink.decision_log import (
-    Decision,
+from kafka2pc.errors import (
     DecisionConflictError,
-    DecisionLog,
     DecisionLogCorruptError,
-    FileDecisionLog,
+    IdPoolExhaustedError,
+    RecoveryIncompleteError,
 )
-from kafka2pc.sink.id_pool import IdPoolExhaustedError, TransactionalIdPool
+from kafka2pc.sink.committer import Committer, Settlement
+from kafka2pc.sink.decision_log import Decision, DecisionLog, FileDecisionLog
+from kafka2pc.sink.id_pool import TransactionalIdPool
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.prepared import PreparedTransaction
-from kafka2pc.sink.recovery import RecoveryIncompleteError, RecoveryReport, abort_lingering, recover
+from kafka2pc.sink.recovery import RecoveryReport, abort_lingering, recover
 from kafka2pc.sink.writer import SubtaskWriter
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "PreparedTransaction",
     "RecoveryIncompleteError",
     "RecoveryReport",
+    "Settlement",
     "SubtaskWriter",
     "TransactionNamingStrategy",
     "TransactionalIdGrammar",

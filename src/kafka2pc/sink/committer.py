@@ -11,12 +11,10 @@ from typing import Any
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc.completion import Settled
-from kafka2pc.coordinator_messages import ONGOING, Described, DescribeTransaction, ProducerIdentity
 from kafka2pc.errors import BrokerUnavailableError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transaction_control import ONGOING, ProducerIdentity, Settled, TransactionControl
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +86,11 @@ class Committer:
                           time.monotonic() - recorded)
 
     def _check_pending(self, checkpoint: int, offered: Sequence[PreparedTransaction]) -> None:
-        commands = [(t.transactional_id, DescribeTransaction()) for t in offered]
-        execute_all = getattr(self.control.transport, "execute_all", None)
-        answers = execute_all(commands) if execute_all is not None else \
-            [self.control.transport.execute(*c) for c in commands]
-        for txn, answer in zip(offered, answers, strict=True):
-            if not isinstance(answer, Described):  # no answer proves nothing: decide nothing, abort nothing
+        seen = self.control.describe_all([t.transactional_id for t in offered])
+        for txn, observed in zip(offered, seen, strict=True):
+            if isinstance(observed, Exception):  # no answer proves nothing: decide nothing, abort nothing
                 raise BrokerUnavailableError(f"checkpoint {checkpoint}: {txn.transactional_id!r} could not be looked "
-                                             f"at ({answer}); nothing was recorded")
-            observed = answer.observed
+                                             f"at ({observed}); nothing was recorded")
             if observed is None or observed.state != ONGOING or observed.identity != ProducerIdentity.of(txn.state):
                 self._abort_others(offered, ())
                 raise TransactionLostError(

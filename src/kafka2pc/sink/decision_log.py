@@ -13,22 +13,13 @@ from typing import Any, Protocol
 
 import attrs
 
-from kafka2pc.errors import Kafka2pcError
+from kafka2pc.errors import DecisionConflictError, DecisionLogCorruptError
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
 
 FORMAT = "kafka2pc.decision/1"
 _DECISION_FILE = re.compile(r"(\d{20})\.decision\.json")
 _DONE_FILE = re.compile(r"(\d{20})\.done")
-
-
-class DecisionLogCorruptError(Kafka2pcError):
-    """A decision record cannot be read, or belongs to another prefix; recovery stops before touching anything."""
-
-
-class DecisionConflictError(Kafka2pcError):
-    """A checkpoint was recorded with another decision, or is older than the last recorded one. A decision, once
-    recorded, is the commit point: it is never replaced, and no checkpoint goes back."""
 
 
 def _as_tuple(items: Iterable[PreparedTransaction]) -> tuple[PreparedTransaction, ...]:

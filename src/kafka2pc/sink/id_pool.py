@@ -7,15 +7,10 @@ from typing import Any
 
 import attrs
 
-from kafka2pc.errors import ConfigError, Kafka2pcError
+from kafka2pc.errors import ConfigError, IdPoolExhaustedError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 
 DEFAULT_MAX_LIVE_IDS = 16
-
-
-class IdPoolExhaustedError(Kafka2pcError):
-    """A subtask would need more live transactional ids than its cap: transactions are not being completed (the
-    committer is stuck or checkpoints are piling up)."""
 
 
 def _sorted_tuple(values: Any) -> tuple[int, ...]:

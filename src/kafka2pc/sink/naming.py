@@ -13,6 +13,10 @@ _PREFIX = re.compile(r"[A-Za-z0-9._]([A-Za-z0-9._-]{0,198}[A-Za-z0-9._])?")
 _DECIMAL = r"(0|[1-9][0-9]{0,9})"
 
 
+#: attempts of one subtask that can hold an id at once, per checkpoint (see TransactionNamingStrategy.attempt_counter)
+ATTEMPT_SLOTS = 4
+
+
 class TransactionNamingStrategy(enum.Enum):
     """How a subtask picks the counter of its next transactional id (FLIP-511's option of the same name)."""
 
@@ -21,6 +25,20 @@ class TransactionNamingStrategy(enum.Enum):
     #: a new id for every transaction; predictable names, but the broker keeps every one for
     #: transactional.id.expiration.ms (7 days by default)
     INCREMENTING = "incrementing"
+
+    def attempt_counter(self, checkpoint: int, attempt: int) -> int:
+        """The counter of the id of ``attempt`` in ``checkpoint``, for engines whose attempts keep no pool (a Spark
+        task starts afresh every time).
+
+        No two attempts that can be alive at once may share an id — a producer's InitProducerId aborts whatever
+        transaction its id has open, prepared or not. Attempts of one subtask differ by attempt number (retries,
+        speculation), and consecutive checkpoints use alternating counters, so an attempt never shares an id with a
+        live one of the next checkpoint. POOLING reuses 2 x :data:`ATTEMPT_SLOTS` ids per subtask for the whole life
+        of the query; INCREMENTING gives every checkpoint its own."""
+        slot = attempt % ATTEMPT_SLOTS
+        if self is TransactionNamingStrategy.POOLING:
+            return (checkpoint % 2) * ATTEMPT_SLOTS + slot
+        return checkpoint * ATTEMPT_SLOTS + slot
 
 
 def _validate_prefix(instance: TransactionalIdGrammar, attribute: attrs.Attribute[str], value: str) -> None:

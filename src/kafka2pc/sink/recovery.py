@@ -11,10 +11,14 @@ from collections.abc import Collection, Mapping
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.config import ClientConfig
-from kafka2pc.errors import Kafka2pcError, TransactionLostError, TransactionOutcomeUnknownError
-from kafka2pc.producer_config import PRODUCER_KEYS
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig
+from kafka2pc.errors import (
+    Kafka2pcError,
+    RecoveryIncompleteError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+)
 from kafka2pc.sink.committer import Committer
 from kafka2pc.sink.decision_log import DecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
@@ -37,23 +41,11 @@ class RecoveryReport:
     stuck: tuple[int, ...] = ()
 
 
-class RecoveryIncompleteError(Kafka2pcError):
-    """Recovery did everything it could, but some decided checkpoints cannot be completed: a transaction of theirs
-    was lost (aborted by the broker, e.g. by timeout without 2PC) or its fate is unknown. Nothing was guessed; an
-    operator decides (``kafka2pc recover --resolve CHECKPOINT --reason ...``)."""
-
-    def __init__(self, report: RecoveryReport, stuck: Mapping[int, Exception]) -> None:
-        lines = "; ".join(f"checkpoint {c}: {e}" for c, e in sorted(stuck.items()))
-        super().__init__(f"{len(stuck)} decided checkpoint(s) cannot be completed: {lines}")
-        self.report = report
-        self.stuck = dict(stuck)
-
-
 def abort_open_transactions(control: TransactionControl, grammar: TransactionalIdGrammar,
                             keep: Collection[str] = ()) -> list[str]:
     """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted.
 
-    The listing is complete or raises (:class:`~kafka2pc.listing.IncompleteListingError`) before anything is
+    The listing is complete or raises (:class:`~kafka2pc.errors.IncompleteListingError`) before anything is
     aborted. Each abort is conditional on the producer id listed and the producer id and epoch described: a
     transaction that started on the id since is left alone."""
     kept = set(keep)

@@ -6,9 +6,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from kafka2pc import metrics
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.producer import TwoPhaseProducer
-from kafka2pc.sink.id_pool import DEFAULT_MAX_LIVE_IDS, IdPoolExhaustedError, TransactionalIdPool
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.errors import IdPoolExhaustedError
+from kafka2pc.producer import Transport, TwoPhaseProducer
+from kafka2pc.sink.id_pool import DEFAULT_MAX_LIVE_IDS, TransactionalIdPool
 from kafka2pc.sink.naming import TransactionNamingStrategy
 from kafka2pc.sink.prepared import PreparedTransaction
 
@@ -21,9 +22,10 @@ class SubtaskWriter:
     The first write after a checkpoint takes an id from the pool and opens a transaction on it;
     :meth:`prepare` votes on it and hands it over for the committer; :meth:`release` returns the ids the committer
     has completed. ``pool`` is the state to resume from (for instance the one stored with the last decision).
+    ``cluster`` is the connections its producers share (or any producer transport: a coordinator model in tests).
     """
 
-    def __init__(self, config: Mapping[str, object], prefix: str, subtask: int, *, cluster: ClusterClient,
+    def __init__(self, config: Mapping[str, object], prefix: str, subtask: int, *, cluster: ClusterClient | Transport,
                  pool: TransactionalIdPool | None = None,
                  strategy: TransactionNamingStrategy = TransactionNamingStrategy.POOLING,
                  two_phase_commit: bool = True, max_live_ids: int | None = None):

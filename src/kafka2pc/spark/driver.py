@@ -15,8 +15,8 @@ from typing import Any
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.errors import Kafka2pcError
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.errors import WriteConflictError, WriteDecidedError
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.sink.committer import Committer, Settlement
 from kafka2pc.sink.decision_log import FileDecisionLog
@@ -31,16 +31,6 @@ from kafka2pc.spark.window import move_window
 from kafka2pc.transaction_control import TransactionControl
 
 log = logging.getLogger(__name__)
-
-
-class WriteConflictError(Kafka2pcError):
-    """A batch write found its checkpoint decided by another write on the same checkpoint location: none of its rows
-    were written (its transactions were aborted). One write at a time per location."""
-
-
-class WriteDecidedError(Kafka2pcError):
-    """A batch write is decided (all of it will be visible) but completing it failed: the next write with the same
-    checkpoint location, or ``kafka2pc recover``, completes it. Running the same write again would write it twice."""
 
 
 @attrs.frozen
@@ -92,7 +82,7 @@ class SinkDriver:
         """Before the tasks of a batch run: complete what a crashed run decided, abort everything else open under
         the prefix (no task of this batch has started; earlier ones are done or lost), and say what tasks need."""
         log_ = self.decision_log
-        window = move_window(self.client, self.state.prefix)  # attempts of earlier batches and runs stop writing
+        window = move_window(self.control, self.state.prefix)  # attempts of earlier batches and runs stop writing
         recover(self.control, self.state.prefix, log_, report_known=False)
         checkpoint = None if streaming else (log_.last_checkpoint() or 0) + 1
         return TaskPlan(self.options.producer_config, self.state.prefix, self.options.naming,
@@ -163,7 +153,7 @@ class SinkDriver:
         """Move the write window before a cleanup; a failure leaves late attempts to the next planning, and never
         stops the cleanup or the batch (the decision, if any, stands)."""
         try:
-            move_window(self.client, self.state.prefix)
+            move_window(self.control, self.state.prefix)
         except Exception as exc:
             log.warning("could not move the write window of %r (%s: %s): an attempt that starts writing after this "
                         "cleanup may leave a transaction open until the next planning or `kafka2pc recover`",

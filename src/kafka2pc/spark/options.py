@@ -11,8 +11,8 @@ from urllib.parse import urlparse
 
 import attrs
 
+from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import ConfigError
-from kafka2pc.producer_config import ProducerConfig
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 
 KAFKA_PREFIX = "kafka."

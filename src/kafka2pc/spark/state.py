@@ -14,8 +14,8 @@ from pathlib import Path
 
 import attrs
 
-from kafka2pc.errors import ConfigError
-from kafka2pc.sink.decision_log import DecisionLogCorruptError, FileDecisionLog, atomic_write
+from kafka2pc.errors import ConfigError, DecisionLogCorruptError
+from kafka2pc.sink.decision_log import FileDecisionLog, atomic_write
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.transaction_control import TransactionControl
 

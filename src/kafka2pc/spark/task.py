@@ -4,23 +4,19 @@ transactional id, prepare it, and hand the prepared state to the driver in its c
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.config import ClientConfig
-from kafka2pc.coordinator_messages import IN_FLUX, ONGOING
-from kafka2pc.errors import Kafka2pcError
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig
+from kafka2pc.errors import IdInUseError
 from kafka2pc.producer import TwoPhaseProducer
-from kafka2pc.producer_config import PRODUCER_KEYS
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.spark.columns import Columns, RecordBatch, records
-from kafka2pc.spark.ids import counter
 from kafka2pc.spark.window import check_window
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,11 +27,6 @@ log = logging.getLogger(__name__)
 _CLIENTS: dict[tuple[tuple[str, str], ...], ClusterClient] = {}
 #: how long a task waits for the id's previous transaction to finish writing its markers
 _SETTLE_S = 10.0
-
-
-class IdInUseError(Kafka2pcError):
-    """The transactional id this attempt would write with has an open transaction of another attempt: this attempt
-    stops without touching it, and Spark retries the task under the next attempt number (another id)."""
 
 
 @attrs.frozen
@@ -82,15 +73,10 @@ def shared_client(config: Mapping[str, Any]) -> ClusterClient:
 def _wait_until_free(control: TransactionControl, transactional_id: str) -> None:
     """Refuse to start on an id with an open transaction (it belongs to another live attempt, or to one the next
     planning cleans up); wait, bounded, for an ending one to write its markers."""
-    deadline = time.monotonic() + _SETTLE_S
-    while True:
-        observed = control.describe(transactional_id)
-        if observed is None or (observed.state not in IN_FLUX and observed.state != ONGOING):
-            return
-        if observed.state == ONGOING or time.monotonic() > deadline:
-            raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({observed}); this "
-                               "attempt leaves it alone and stops, to be retried on another id")
-        time.sleep(0.05)
+    observed = control.wait_until_settled(transactional_id, within_s=_SETTLE_S)
+    if observed is not None and observed.state in OPEN_STATES:
+        raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({observed}); this "
+                           "attempt leaves it alone and stops, to be retried on another id")
 
 
 def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMessage:
@@ -105,7 +91,7 @@ def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMe
     if checkpoint is None:
         checkpoint = int(context.getLocalProperty("streaming.sql.batchId") or 0)
     transactional_id = TransactionalIdGrammar(plan.prefix).format(partition,
-                                                                  counter(plan.naming, checkpoint, attempt))
+                                                                  plan.naming.attempt_counter(checkpoint, attempt))
     who = f"attempt {attempt} of partition {partition} in checkpoint {checkpoint}"
     producer: TwoPhaseProducer | None = None
     written = 0

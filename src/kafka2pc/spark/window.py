@@ -16,22 +16,11 @@ killed between its first acknowledged write and the end of its own abort (docs/s
 
 from __future__ import annotations
 
-from kafka2pc import broker_errors as codes
-from kafka2pc.cluster_client import ClusterClient
-from kafka2pc.completion import FENCE_TIMEOUT_MS
-from kafka2pc.coordinator_messages import ProducerIdentity
-from kafka2pc.errors import Kafka2pcError
-from kafka2pc.init_plan import init_error
+from kafka2pc.errors import BatchOverError
 from kafka2pc.transaction_control import TransactionControl
-from kafka2pc.transport import init_producer_id
 
 #: the suffix of the window's transactional id (outside the ``<prefix>-<partition>-<counter>`` grammar)
 SUFFIX = "window"
-
-
-class BatchOverError(Kafka2pcError):
-    """The batch this task attempt writes for is over (decided, aborted, or planned again by a restarted driver):
-    the attempt stops, aborting what it opened."""
 
 
 def window_id(prefix: str) -> str:
@@ -39,13 +28,9 @@ def window_id(prefix: str) -> str:
     return f"{prefix}-{SUFFIX}"
 
 
-def move_window(client: ClusterClient, prefix: str) -> str:
+def move_window(control: TransactionControl, prefix: str) -> str:
     """Move the window (a fresh InitProducerId, no transaction); returns the new window, as ``str`` of its identity."""
-    transactional_id = window_id(prefix)
-    response = init_producer_id(client, transactional_id, transaction_timeout_ms=FENCE_TIMEOUT_MS)
-    if response.error_code != codes.NONE:
-        raise init_error(transactional_id, response.error_code, FENCE_TIMEOUT_MS)
-    return str(ProducerIdentity(response.producer_id, response.producer_epoch))
+    return str(control.fence(window_id(prefix)))
 
 
 def check_window(control: TransactionControl, prefix: str, planned: str, attempt: str) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from kafka2pc.errors import Kafka2pcError
+from kafka2pc.errors import FatalError, UsageError
 
 
-class HarnessSetupError(Kafka2pcError):
+class HarnessSetupError(FatalError):
     """A broker could not be provided: a missing tool, a failed download, a node that did not start."""
 
 
-class NodeControlUnsupported(Kafka2pcError):
+class NodeControlUnsupported(UsageError):
     """The selected Kafka (an existing cluster, a container) cannot stop, kill or restart single nodes."""

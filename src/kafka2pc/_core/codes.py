@@ -1,0 +1,83 @@
+"""Kafka's error codes, and their one classification: what each kind of code says about the request that got it.
+
+What to *do* about a kind is the deciding machine's business (a fenced Produce is fatal; a fenced EndTxn is looked
+into, since it may be a retry of an end that succeeded), so this module only names the kinds.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import kafka.errors as kafka_errors
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = kafka_errors.UnknownTopicOrPartitionError.errno
+UNSUPPORTED_VERSION = kafka_errors.UnsupportedVersionError.errno
+INVALID_PRODUCER_EPOCH = kafka_errors.InvalidProducerEpochError.errno
+INVALID_TXN_STATE = kafka_errors.InvalidTxnStateError.errno
+INVALID_TRANSACTION_TIMEOUT = kafka_errors.InvalidTransactionTimeoutError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = kafka_errors.TransactionalIdAuthorizationFailedError.errno
+TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
+DUPLICATE_SEQUENCE_NUMBER = kafka_errors.DuplicateSequenceNumberError.errno
+PRODUCER_FENCED = kafka_errors.ProducerFencedError.errno
+TRANSACTIONAL_ID_NOT_FOUND = kafka_errors.TransactionalIdNotFoundError.errno
+INVALID_PRODUCER_ID_MAPPING = kafka_errors.InvalidProducerIdMappingError.errno
+CONCURRENT_TRANSACTIONS = kafka_errors.ConcurrentTransactionsError.errno
+COORDINATOR_LOAD_IN_PROGRESS = kafka_errors.CoordinatorLoadInProgressError.errno
+COORDINATOR_NOT_AVAILABLE = kafka_errors.CoordinatorNotAvailableError.errno
+NOT_COORDINATOR = kafka_errors.NotCoordinatorError.errno
+MESSAGE_TOO_LARGE = kafka_errors.MessageSizeTooLargeError.errno
+RECORD_LIST_TOO_LARGE = kafka_errors.RecordListTooLargeError.errno
+
+
+class Kind(enum.Enum):
+    """What an error code says about the request that got it."""
+
+    DONE = "the request took effect (or, for a Produce, had taken effect before: a duplicate)"
+    COORDINATOR_BUSY = ("the transaction coordinator moved, is loading, or is busy with an earlier request of the "
+                        "id: ask again, at the coordinator looked up afresh (it may have acted first)")
+    PARTITION_BUSY = "the partition's leader moved or could not write yet: send the same batch again"
+    FENCED = "a newer producer owns the transactional id, or the epoch moved on"
+    STALE = "the transaction is not in the state the request assumed (it may have ended, or never started)"
+    UNAUTHORIZED = "the principal lacks an ACL on the transactional id"
+    TOO_LARGE = "a batch or record is larger than the broker or topic takes"
+    UNSUPPORTED = "the broker does not implement what was asked"
+    OTHER = "anything else: the request failed for good"
+
+
+_KINDS: dict[int, Kind] = {
+    NONE: Kind.DONE,
+    DUPLICATE_SEQUENCE_NUMBER: Kind.DONE,
+    COORDINATOR_LOAD_IN_PROGRESS: Kind.COORDINATOR_BUSY,
+    COORDINATOR_NOT_AVAILABLE: Kind.COORDINATOR_BUSY,
+    NOT_COORDINATOR: Kind.COORDINATOR_BUSY,
+    CONCURRENT_TRANSACTIONS: Kind.COORDINATOR_BUSY,
+    **dict.fromkeys((kafka_errors.NotLeaderForPartitionError.errno, kafka_errors.LeaderNotAvailableError.errno,
+                     kafka_errors.NotEnoughReplicasError.errno, kafka_errors.NotEnoughReplicasAfterAppendError.errno,
+                     kafka_errors.RequestTimedOutError.errno, UNKNOWN_TOPIC_OR_PARTITION,
+                     kafka_errors.NetworkExceptionError.errno, kafka_errors.KafkaStorageError.errno,
+                     kafka_errors.FencedLeaderEpochError.errno, kafka_errors.UnknownLeaderEpochError.errno),
+                    Kind.PARTITION_BUSY),
+    PRODUCER_FENCED: Kind.FENCED,
+    INVALID_PRODUCER_EPOCH: Kind.FENCED,
+    INVALID_TXN_STATE: Kind.STALE,
+    INVALID_PRODUCER_ID_MAPPING: Kind.STALE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kind.UNAUTHORIZED,
+    MESSAGE_TOO_LARGE: Kind.TOO_LARGE,
+    RECORD_LIST_TOO_LARGE: Kind.TOO_LARGE,
+    UNSUPPORTED_VERSION: Kind.UNSUPPORTED,
+}
+
+
+def kind(code: int) -> Kind:
+    """The kind of ``code``."""
+    return _KINDS.get(code, Kind.OTHER)
+
+
+#: codes after which a request to a transaction coordinator may be sent again (to a freshly looked-up coordinator)
+COORDINATOR_RETRIABLE = frozenset(code for code, found in _KINDS.items() if found is Kind.COORDINATOR_BUSY)
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, e.g. ``UNSUPPORTED_VERSION``."""
+    return str(getattr(kafka_errors.for_code(code), "message", f"ERROR_{code}"))

@@ -1,0 +1,93 @@
+"""The one driver of sans-IO machines: send each command over a transport, hand back the answer, until finished.
+
+:func:`drive` runs one machine; :func:`drive_all` runs many at once, sending every pending command of a round
+together (one round trip where the transport can) — the committer's rounds of EndTxn and DescribeTransactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from kafka2pc._core.machine import Finished, Machine
+from kafka2pc._core.messages import Answer, Command
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+class CoordinatorTransport(Protocol):
+    """The I/O edge the machines are driven over: it sends, waits as a command asks, and reports; it never
+    decides."""
+
+    def execute(self, transactional_id: str, command: Command) -> Answer:
+        """Wait ``command.after_s``, send ``command`` to the coordinator of ``transactional_id`` and return its
+        answer (:class:`~kafka2pc._core.messages.NoAnswer` when none came in time)."""
+        ...
+
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
+        """:meth:`execute` for commands of several transactional ids, all at once."""
+        ...
+
+    def now(self) -> float:
+        """A monotonic clock reading (the machines' only time)."""
+        ...
+
+
+def drive(transport: CoordinatorTransport, transactional_id: str, machine: Machine[R]) -> R:
+    """Run ``machine`` for ``transactional_id`` until it finishes; its errors propagate."""
+    step = machine.start(transport.now())
+    while not isinstance(step, Finished):
+        answer = transport.execute(transactional_id, step)
+        step = machine.on_answer(answer, transport.now())
+    return step.result
+
+
+def drive_all(transport: CoordinatorTransport,
+              machines: Sequence[tuple[str, Machine[R]]]) -> list[R | Exception]:
+    """Run several machines at once, each for its transactional id; in order, each one's result or the error it
+    ended with (one failing never stops the others). Each round sends every pending command together."""
+    results: dict[int, R | Exception] = {}
+    steps: dict[int, Command] = {}
+
+    def advance(index: int, step: Command | Finished[R]) -> None:
+        if isinstance(step, Finished):
+            results[index] = step.result
+        else:
+            steps[index] = step
+
+    now = transport.now()
+    for index, (_, machine) in enumerate(machines):
+        try:
+            advance(index, machine.start(now))
+        except Exception as exc:
+            results[index] = exc
+    while steps:  # bounded: every machine finishes or raises after a bounded number of commands
+        pending = sorted(steps)
+        answers = _answers(transport, [(machines[i][0], steps.pop(i)) for i in pending])
+        now = transport.now()
+        for index, answer in zip(pending, answers, strict=True):
+            if isinstance(answer, Exception):
+                results[index] = answer
+                continue
+            try:
+                advance(index, machines[index][1].on_answer(answer, now))
+            except Exception as exc:
+                results[index] = exc
+    return [results[index] for index in range(len(machines))]
+
+
+def _answers(transport: CoordinatorTransport, commands: list[tuple[str, Command]]) -> list[Answer | Exception]:
+    """Answers to ``commands`` (all at once where the transport can); an error belongs to its own command only."""
+    try:
+        return list(transport.execute_all(commands))
+    except Exception as exc:  # e.g. one id may not be described: ask each on its own
+        log.debug("concurrent round failed (%r); one by one", exc)
+    answers: list[Answer | Exception] = []
+    for transactional_id, command in commands:
+        try:
+            answers.append(transport.execute(transactional_id, command))
+        except Exception as exc:
+            answers.append(exc)
+    return answers

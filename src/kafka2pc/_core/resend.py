@@ -1,0 +1,76 @@
+"""Whether to send a command again: the decision the wire layer used to make out of the machines' sight.
+
+The transport only reports what happened: an answer (with its error code), or :class:`NoAnswer` (``sent`` says
+whether the request may have reached a broker). :class:`Resending` wraps a machine and, by the command's
+:attr:`resend_safe`, sends it again itself — after a lost answer, or a coordinator that moved, is loading or is busy
+(:data:`~kafka2pc._core.codes.COORDINATOR_RETRIABLE`) — with the backoff of its :class:`~kafka2pc._core.retry.Retry`,
+until the policy's time runs out. Then, and for every command that is not safe to repeat (a guarded bump may have
+acted: the machine looks instead), the machine itself gets the answer, a lost one as :class:`NoAnswer`. A request
+that never reached a broker is always sent again.
+
+So "what happens when EndTxn times out": EndTxn is safe to repeat (Kafka answers NONE to a retry of an end that
+succeeded), so it is sent again with backoff until ``max.block.ms``; then the
+:class:`~kafka2pc._core.completion.Completion` gets a NoAnswer and raises BrokerUnavailableError, and the producer
+stays COMMITTING or ABORTING, from where the same decision may be retried.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import attrs
+
+from kafka2pc._core import codes
+from kafka2pc._core.machine import Finished, Machine
+from kafka2pc._core.messages import Answer, Command, NoAnswer
+from kafka2pc._core.retry import Retry
+
+R = TypeVar("R")
+
+#: the coordinator requests' policy unless told otherwise (the deadline is the caller's max.block.ms)
+COORDINATOR_RETRY = Retry(timeout_s=60.0, backoff_s=0.05, max_backoff_s=1.0)
+
+
+def why_again(command: Command, answer: Answer) -> str | None:
+    """Why ``command`` may be sent again after ``answer`` (None: it may not, or need not)."""
+    if isinstance(answer, NoAnswer):
+        return answer.reason if command.resend_safe or not answer.sent else None
+    if command.resend_safe and answer.error in codes.COORDINATOR_RETRIABLE:
+        return codes.error_name(answer.error)
+    return None
+
+
+class Resending(Generic[R]):
+    """``inner``, with every command that may be sent again sent again under ``policy`` (a
+    :class:`~kafka2pc._core.machine.Machine` itself)."""
+
+    def __init__(self, inner: Machine[R], policy: Retry = COORDINATOR_RETRY):
+        self.inner = inner
+        self._policy = policy
+        self._retry = policy
+        self._command: Command | None = None
+
+    def start(self, now: float | None = None) -> Command | Finished[R]:
+        """The inner machine's first command."""
+        return self._sending(self.inner.start(now), now)
+
+    def on_answer(self, answer: Answer, now: float | None = None) -> Command | Finished[R]:
+        """The same command again, or the inner machine's next step."""
+        command = self._command
+        if command is None:
+            raise TypeError(f"no command in progress for {answer!r}")
+        problem = why_again(command, answer)
+        if problem is not None:
+            retry = self._retry.next(now)
+            if retry is not None:
+                self._retry = retry
+                return attrs.evolve(command, after_s=retry.delay_s)
+            answer = NoAnswer(f"{type(command).__name__} got no usable answer {self._retry.describe()} (last: "
+                              f"{problem})", sent=not isinstance(answer, NoAnswer) or answer.sent)
+        return self._sending(self.inner.on_answer(answer, now), now)
+
+    def _sending(self, step: Command | Finished[R], now: float | None) -> Command | Finished[R]:
+        if not isinstance(step, Finished):
+            self._command = step
+            self._retry = self._policy.started(now)
+        return step

@@ -1,0 +1,311 @@
+"""The I/O edge on a real cluster: carry out the machines' commands and the data plane's Produce calls with
+kafka-python's protocol classes, and report what came back. It never decides: an answer with a coordinator error,
+or :class:`~kafka2pc._core.messages.NoAnswer`, goes back to the machine, which decides whether to send again
+(:mod:`kafka2pc._core.resend`). The only bookkeeping is the coordinator cache: after a coordinator error or a lost
+connection the next request looks the coordinator up afresh."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import attrs
+import kafka.errors as kafka_errors
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
+
+from kafka2pc._core import codes
+from kafka2pc._core.messages import (
+    AddAnswer,
+    AddPartitions,
+    Answer,
+    ClusterFacts,
+    Command,
+    ConfigValue,
+    Described,
+    DescribeTransaction,
+    EndAnswer,
+    EndTxn,
+    InitAnswer,
+    InitProducerId,
+    NoAnswer,
+    ObservedTransaction,
+    ProducerIdentity,
+    ReadBrokerConfig,
+    TransactionDescription,
+    TransactionListing,
+)
+from kafka2pc._core.versions import INIT_PRODUCER_ID_2PC_VERSION
+from kafka2pc._data.produce import ProduceCall, ProduceReply
+from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc._wire.listing import list_transactions
+from kafka2pc._wire.retrying import NOT_SENT, TRANSIENT
+from kafka2pc.errors import AuthorizationError, BrokerUnavailableError, KafkaProtocolError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaTransport:
+    """The machines' transport (:class:`~kafka2pc._core.driver.CoordinatorTransport`) and the data plane's
+    (:class:`~kafka2pc._data.produce.ProduceTransport`) over a real cluster. ``timeout_s`` bounds a round of
+    concurrent requests and a listing."""
+
+    def __init__(self, client: ClusterClient, *, timeout_s: float):
+        self.client = client
+        self.timeout_s = timeout_s
+
+    def now(self) -> float:
+        """The monotonic clock."""
+        return time.monotonic()
+
+    def cluster_facts(self) -> ClusterFacts:
+        """Read from the bootstrap broker's ApiVersions and the cluster's finalized features."""
+        client = self.client
+        tv2 = (client.finalized_feature_level("transaction.version") >= 2
+               and client.broker_max_version(ProduceRequest) >= 12
+               and client.broker_max_version(EndTxnRequest) >= 5)
+        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1)
+
+    # -- coordinator commands ----------------------------------------------------------------------------------------
+
+    def execute(self, transactional_id: str, command: Command) -> Answer:
+        """Wait ``command.after_s``, send ``command`` to the coordinator of ``transactional_id``, and return what
+        came back."""
+        if command.after_s:
+            time.sleep(command.after_s)
+        if isinstance(command, ReadBrokerConfig):
+            return ConfigValue(self._broker_config(command.name))
+        node = self._coordinator(transactional_id, command)
+        if not isinstance(node, int):
+            return node
+        try:
+            response = self.client.send(_request(transactional_id, command), node_id=node)
+        except TRANSIENT as exc:
+            return self._lost(transactional_id, exc)
+        return self._answer(transactional_id, command, response)
+
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
+        """Carry out commands of several transactional ids at once: EndTxn and DescribeTransactions go out
+        concurrently, in one round trip (spread over several connections per broker); any other command goes
+        through :meth:`execute`."""
+        delay = max((command.after_s for _, command in commands), default=0.0)
+        if delay:
+            time.sleep(delay)
+        answers: list[Answer | None] = [None] * len(commands)
+        batched = [(i, txn_id, command) for i, (txn_id, command) in enumerate(commands)
+                   if isinstance(command, EndTxn | DescribeTransaction)]
+        self.client.look_up_transaction_coordinators([txn_id for _, txn_id, _ in batched])
+        sent = []
+        for index, txn_id, command in batched:
+            node = self._coordinator(txn_id, command)
+            if isinstance(node, int):
+                sent.append((index, txn_id, command, node))
+            else:
+                answers[index] = node
+        if sent:
+            requests = [(_request(txn_id, command), node) for _, txn_id, command, node in sent]
+            try:
+                replies = self.client.send_concurrently(requests, keys=[txn_id for _, txn_id, _, _ in sent]).result(
+                    timeout=self.timeout_s)
+            except Exception as exc:  # the IO thread failed the round, or it timed out
+                log.debug("concurrent coordinator round failed: %r", exc)
+                self.client.abandon_spread_requests()  # none of it may still go out after it is sent again
+                replies = [exc] * len(sent)
+            for (index, txn_id, command, _), reply in zip(sent, replies, strict=True):
+                answers[index] = self._lost(txn_id, reply) if isinstance(reply, Exception) else \
+                    self._answer(txn_id, command, reply)
+        return [answer if answer is not None else self.execute(txn_id, attrs.evolve(command, after_s=0.0))
+                for answer, (txn_id, command) in zip(answers, commands, strict=True)]
+
+    def _coordinator(self, transactional_id: str, command: Command) -> int | Answer:
+        """The coordinator's node id, or the answer the command gets when it cannot be found."""
+        try:
+            return self.client.transaction_coordinator(transactional_id)
+        except AuthorizationError:
+            if isinstance(command, DescribeTransaction):
+                raise
+            # FindCoordinator refused: the answer the request itself would have had
+            unauthorized = codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return InitAnswer(unauthorized) if isinstance(command, InitProducerId) else \
+                EndAnswer(unauthorized) if isinstance(command, EndTxn) else AddAnswer(unauthorized)
+        except KafkaProtocolError as exc:
+            if exc.error_code not in codes.COORDINATOR_RETRIABLE:
+                raise
+            return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found yet ({exc.error_name})",
+                            sent=False)
+        except (BrokerUnavailableError, *TRANSIENT) as exc:
+            return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found ({exc!r})", sent=False)
+
+    def _lost(self, transactional_id: str, exc: Exception) -> NoAnswer:
+        self.client.forget_coordinator(transactional_id)
+        if isinstance(exc, NOT_SENT):
+            return NoAnswer(f"coordinator of {transactional_id!r}: {type(exc).__name__} ({exc}); not sent", sent=False)
+        return NoAnswer(f"coordinator of {transactional_id!r}: {type(exc).__name__}; the request may or may not have "
+                        "been processed")
+
+    def _answer(self, transactional_id: str, command: Command, response: Any) -> Answer:
+        """The answer a coordinator's response gives ``command``."""
+        answer: InitAnswer | EndAnswer | AddAnswer | Described
+        if isinstance(command, InitProducerId):
+            answer = _init_answer(response)
+        elif isinstance(command, EndTxn):
+            answer = _end_answer(command, response)
+        elif isinstance(command, AddPartitions):
+            answer = AddAnswer(_worst_add(response))
+        elif isinstance(command, DescribeTransaction):
+            answer = _described(transactional_id, response)
+        else:
+            raise TypeError(f"unknown command {command!r}")
+        if answer.error in codes.COORDINATOR_RETRIABLE:
+            self.client.forget_coordinator(transactional_id)
+        return answer
+
+    def _broker_config(self, name: str) -> str | None:
+        try:
+            return self.client.broker_configs([name])[name]
+        except (kafka_errors.KafkaError, BrokerUnavailableError) as exc:
+            log.debug("could not read broker config %s: %r", name, exc)
+            return None
+
+    def list_transactions(self, *, states: Sequence[str] = (), pattern: str | None = None,
+                          running_longer_than_ms: int | None = None) -> list[TransactionListing]:
+        """ListTransactions on every broker: complete, or :class:`~kafka2pc.errors.IncompleteListingError`."""
+        return list_transactions(self.client, states=states, pattern=pattern,
+                                 running_longer_than_ms=running_longer_than_ms, timeout_s=self.timeout_s)
+
+    # -- data plane --------------------------------------------------------------------------------------------------
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader node id of ``topic``."""
+        return self.client.partition_leaders(topic)
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's effective max.message.bytes (None when DescribeConfigs is not allowed or fails)."""
+        try:
+            value = self.client.topic_configs(topic, ["max.message.bytes"])["max.message.bytes"]
+        except (kafka_errors.KafkaError, BrokerUnavailableError) as exc:
+            log.debug("could not read max.message.bytes of %s: %r", topic, exc)
+            return None
+        return int(value) if value is not None and value.isdigit() else None
+
+    def send_produce(self, calls: Sequence[ProduceCall]) -> Future[list[ProduceReply | Exception]]:
+        """Send the Produce requests concurrently on the IO thread."""
+        raw = self.client.send_concurrently([(_produce_request(call), call.node) for call in calls])
+        result: Future[list[ProduceReply | Exception]] = Future()
+
+        def convert(done: Future[list[Any]]) -> None:
+            try:
+                answers = done.result()
+            except Exception as exc:  # the IO thread failed the whole round: every call failed with it
+                result.set_result([exc for _ in calls])
+                return
+            result.set_result([answer if isinstance(answer, Exception) else _produce_reply(answer)
+                               for answer in answers])
+
+        raw.add_done_callback(convert)
+        return result
+
+
+def _request(transactional_id: str, command: Command) -> Any:
+    """The kafka-python request of a coordinator command."""
+    if isinstance(command, InitProducerId):
+        expected = command.expected
+        producer_id, epoch = (expected.producer_id, expected.epoch) if expected is not None else (-1, -1)
+        if command.enable_2pc or command.keep_prepared:
+            # pinned: kafka-python encodes at the negotiated version and silently drops fields it lacks, so an
+            # unpinned Enable2Pc request to a v5 broker would succeed as an ordinary InitProducerId
+            return InitProducerIdRequest(
+                transactional_id=transactional_id, transaction_timeout_ms=command.transaction_timeout_ms,
+                producer_id=producer_id, producer_epoch=epoch, enable2_pc=command.enable_2pc,
+                keep_prepared_txn=command.keep_prepared, min_version=INIT_PRODUCER_ID_2PC_VERSION)
+        return InitProducerIdRequest(transactional_id=transactional_id,
+                                     transaction_timeout_ms=command.transaction_timeout_ms, producer_id=producer_id,
+                                     producer_epoch=epoch)
+    if isinstance(command, EndTxn):
+        target = command.transaction
+        return EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
+                             producer_epoch=target.epoch, committed=command.commit,
+                             max_version=5 if command.transaction_version >= 2 else 4)
+    if isinstance(command, AddPartitions):
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(command.partitions):
+            topics.setdefault(topic, []).append(partition)
+        identity = command.identity
+        return AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=identity.producer_id,
+            v3_and_below_producer_epoch=identity.epoch, max_version=3,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=p)
+                                 for t, p in topics.items()])
+    if isinstance(command, DescribeTransaction):
+        return DescribeTransactionsRequest(transactional_ids=[transactional_id])
+    raise TypeError(f"unknown command {command!r}")
+
+
+def _init_answer(response: Any) -> InitAnswer:
+    if response.error_code != codes.NONE:
+        return InitAnswer(response.error_code)
+    ongoing = None
+    ongoing_id = getattr(response, "ongoing_txn_producer_id", -1)
+    if isinstance(ongoing_id, int) and ongoing_id >= 0:
+        ongoing = ProducerIdentity(ongoing_id, response.ongoing_txn_producer_epoch)
+    return InitAnswer(codes.NONE, ProducerIdentity(response.producer_id, response.producer_epoch), ongoing)
+
+
+def _end_answer(command: EndTxn, response: Any) -> EndAnswer:
+    following = None
+    if response.error_code == codes.NONE and command.transaction_version >= 2 and \
+            getattr(response, "producer_epoch", -1) >= 0:
+        following = ProducerIdentity(response.producer_id, response.producer_epoch)
+    return EndAnswer(response.error_code, following)
+
+
+def _described(transactional_id: str, response: Any) -> Described:
+    entry = response.transaction_states[0]
+    code = int(entry.error_code)
+    if code == codes.TRANSACTIONAL_ID_NOT_FOUND:
+        return Described(None)
+    if code in codes.COORDINATOR_RETRIABLE:
+        return Described(None, error=code)
+    if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        raise AuthorizationError(f"the principal may not describe transactional id {transactional_id!r}: "
+                                 "grant DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+    if code != codes.NONE:
+        raise KafkaProtocolError("DescribeTransactions", codes.error_name(code), code)
+    partitions = tuple(sorted((t.topic, p) for t in entry.topics for p in t.partitions))
+    description = TransactionDescription(transactional_id, entry.transaction_state, entry.producer_id,
+                                         entry.producer_epoch, entry.transaction_timeout_ms,
+                                         entry.transaction_start_time_ms, partitions)
+    return Described(ObservedTransaction(entry.transaction_state, entry.producer_id, entry.producer_epoch),
+                     description=description)
+
+
+def _worst_add(response: Any) -> int:
+    top = int(getattr(response, "error_code", 0) or 0)
+    if top:
+        return top
+    found = [p.partition_error_code for t in response.results_by_topic_v3_and_below
+             for p in t.results_by_partition if p.partition_error_code != codes.NONE]
+    retriable = [code for code in found if code in codes.COORDINATOR_RETRIABLE]
+    chosen: int = retriable[0] if retriable else (found[0] if found else codes.NONE)
+    return chosen
+
+
+def _produce_request(call: ProduceCall) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for batch in call.batches:
+        topics.setdefault(batch.topic, []).append(
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=batch.partition, records=batch.data))
+    return ProduceRequest(
+        transactional_id=call.transactional_id, acks=-1, timeout_ms=call.timeout_ms,
+        topic_data=[ProduceRequest.TopicProduceData(name=name, partition_data=parts)
+                    for name, parts in topics.items()],
+        max_version=call.max_version)
+
+
+def _produce_reply(response: Any) -> ProduceReply:
+    return {(t.name, p.index): (int(p.error_code), getattr(p, "error_message", None) or "")
+            for t in response.responses for p in t.partition_responses}

@@ -1,0 +1,93 @@
+"""ListTransactions across a whole cluster, complete or failing loudly: what LISTING recovery and
+``kafka2pc txns`` stand on."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+from kafka.protocol.admin.transactions import ListTransactionsRequest
+
+from kafka2pc._core import codes
+from kafka2pc._core.messages import TransactionListing
+from kafka2pc._core.versions import LIST_TRANSACTIONS_DURATION_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
+from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc._wire.retrying import TryAgain, with_retry
+from kafka2pc.errors import IncompleteListingError, KafkaProtocolError, UnsupportedByBrokerError
+
+log = logging.getLogger(__name__)
+
+_TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
+def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), pattern: str | None = None,
+                      running_longer_than_ms: int | None = None, timeout_s: float = 60.0) -> list[TransactionListing]:
+    """ListTransactions on every broker, complete or :class:`IncompleteListingError`.
+
+    A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
+    ``timeout_s``. A ``__transaction_state`` partition without an available leader, or leaders that cannot be read,
+    make the listing incomplete too; and since a broker answers only for the coordinators it leads when it is asked,
+    the leaders are read again after the fan-out and the listing repeated (up to three times) if any moved.
+    ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions v2;
+    callers must still filter client-side, as older brokers ignore it.
+    """
+    max_version = client.broker_max_version(ListTransactionsRequest)
+    use_pattern = pattern is not None and max_version >= LIST_TRANSACTIONS_PATTERN_VERSION
+    if running_longer_than_ms is not None and max_version < LIST_TRANSACTIONS_DURATION_VERSION:
+        raise UnsupportedByBrokerError("filtering transactions by duration needs ListTransactions v1 "
+                                       "(Apache Kafka 3.8+)")
+    kwargs: dict[str, Any] = {"state_filters": list(states), "producer_id_filters": []}
+    version = 0
+    if running_longer_than_ms is not None:
+        kwargs["duration_filter"] = running_longer_than_ms
+        version = LIST_TRANSACTIONS_DURATION_VERSION
+    if use_pattern:
+        kwargs["transactional_id_pattern"] = pattern
+        version = LIST_TRANSACTIONS_PATTERN_VERSION
+    make_request = functools.partial(ListTransactionsRequest, min_version=version, **kwargs)
+    for _ in range(3):  # bounded: coordinators rarely move twice during one listing
+        leaders = _transaction_state_leaders(client)  # also refreshes the broker list
+        brokers = client.broker_ids()
+        orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
+        if orphans:
+            raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
+                                         "leader: their transactions cannot be listed")
+        found: dict[str, TransactionListing] = {}
+        for broker in brokers:
+            for entry in _list_on(client, broker, make_request, timeout_s):
+                found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
+                                                                   entry.transaction_state)
+        if _transaction_state_leaders(client) == leaders:
+            return sorted(found.values(), key=lambda listing: listing.transactional_id)
+        log.info("transaction coordinators moved during ListTransactions; listing again")
+    raise IncompleteListingError("transaction coordinators kept moving during ListTransactions")
+
+
+def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any], timeout_s: float) -> list[Any]:
+    def ask() -> list[Any]:
+        response = client.send(make_request(), broker)
+        code = int(response.error_code)
+        if code in codes.COORDINATOR_RETRIABLE:
+            raise TryAgain(f"kept answering {codes.error_name(code)}")
+        if code != codes.NONE:
+            raise KafkaProtocolError("ListTransactions", codes.error_name(code), code, f"broker {broker}")
+        return list(response.transaction_states)
+
+    return with_retry(ask, attrs.evolve(client.reads, timeout_s=timeout_s), f"ListTransactions on broker {broker}",
+                      exhausted=lambda problem: IncompleteListingError(
+                          f"ListTransactions: broker {broker} {problem} for {timeout_s:g} s"))
+
+
+def _transaction_state_leaders(client: ClusterClient) -> dict[int, int]:
+    """Partition -> leader of the transaction coordinators' topic ({} when it does not exist yet: no transaction
+    ever ran on the cluster)."""
+    try:
+        return client.partition_leaders(_TRANSACTION_STATE_TOPIC)
+    except KafkaProtocolError as exc:
+        if exc.error_code == codes.UNKNOWN_TOPIC_OR_PARTITION:
+            return {}
+        raise IncompleteListingError(f"the leaders of {_TRANSACTION_STATE_TOPIC} cannot be read ({exc}), so a "
+                                     "listing could miss transactions: grant DESCRIBE on that topic") from exc

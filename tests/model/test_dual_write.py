@@ -1,0 +1,184 @@
+"""DualWriter against the coordinator model (no broker) and a SQLite file: the review's findings, each a sequence
+that once lost an event the database committed, or left recovery or the writer stuck."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from kafka2pc.dualwrite import DualWriter
+from kafka2pc.errors import DualWriteIncompleteError, DualWriteRecoveryError, ProducerFencedError
+
+from .coordinator import CoordinatorModel, Faults, ModelTransport
+
+TID = "dw-0"
+
+
+class Cluster:
+    def __init__(self, version: int, two_phase: bool, first_epoch: int = -1):
+        self.model = CoordinatorModel(transaction_version=version, two_phase_enabled=two_phase,
+                                      first_epoch=first_epoch)
+        self.transport = ModelTransport(self.model, Faults())
+
+    def writer(self, connection: sqlite3.Connection) -> DualWriter:
+        return DualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID, "linger.ms": 0},
+                          transport=self.transport)
+
+    def kafka_ids(self) -> list[int]:
+        return sorted(int(v) for v in self.model.committed_records())
+
+
+def connect(path: Path, factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=1, factory=factory)
+    connection.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
+    connection.commit()
+    return connection
+
+
+def db_ids(path: Path) -> list[int]:
+    with sqlite3.connect(path) as connection:
+        return [row[0] for row in connection.execute("SELECT id FROM orders ORDER BY id")]
+
+
+def order(writer: DualWriter, order_id: int, during=None) -> None:
+    with writer.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (?)", (order_id,))
+        tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
+        if during is not None:
+            during()
+
+
+@pytest.mark.parametrize(("version", "two_phase"), [(2, True), (1, True), (2, False)])
+def test_close_after_an_unfinished_completion_never_marks_it_complete(tmp_path, version, two_phase):
+    cluster, path = Cluster(version, two_phase), tmp_path / "a.db"
+    writer = cluster.writer(connect(path))
+    order(writer, 1)
+    with pytest.raises(DualWriteIncompleteError):  # the DB commits order 2; its EndTxn never arrives
+        order(writer, 2, during=lambda: cluster.transport.faults.dropped_requests.extend([True] * 5))
+    cluster.transport.faults.dropped_requests.clear()
+    writer.close()
+    if not two_phase:
+        cluster.model.time_out(TID)  # the broker aborts it on its timeout: the event is lost, which must be said
+        with pytest.raises(DualWriteRecoveryError, match="can no longer commit"):
+            cluster.writer(connect(path)).recover()
+        return
+    cluster.writer(connect(path)).recover()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2]
+    assert cluster.model.open_transactions() == []
+
+
+def test_the_same_writer_recovers_its_own_unfinished_completion_first(tmp_path):
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(connect(path))
+    with pytest.raises(DualWriteIncompleteError):
+        order(writer, 1, during=lambda: cluster.transport.faults.dropped_requests.extend([True] * 5))
+    cluster.transport.faults.dropped_requests.clear()
+    order(writer, 2)  # recovers first: commits order 1, then writes order 2
+    writer.recover()  # and recovering again is harmless
+    order(writer, 3)
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
+
+
+class CommitLandsThenFails(sqlite3.Connection):
+    fail_next = False
+
+    def commit(self) -> None:
+        super().commit()
+        if CommitLandsThenFails.fail_next:
+            CommitLandsThenFails.fail_next = False
+            raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_commit_that_landed_though_it_reported_an_error_is_completed_not_aborted(tmp_path):
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(connect(path, CommitLandsThenFails))
+    order(writer, 1)
+    order(writer, 2, during=lambda: setattr(CommitLandsThenFails, "fail_next", True))
+    order(writer, 3)
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("version", "prepare"), [(1, False), (1, True), (2, False), (2, True)])
+def test_without_two_phase_commit_a_crash_before_the_db_commit_recovers(tmp_path, version, prepare):
+    cluster, path = Cluster(version, False), tmp_path / "a.db"
+    connection = connect(path)
+    writer = cluster.writer(connection)
+    order(writer, 1)
+    block = writer.transaction()
+    tx = block.__enter__()  # the process dies inside order 2 (mode a), or after preparing it (mode b)
+    tx.cursor.execute("INSERT INTO orders VALUES (2)")
+    tx.produce("t", value=b"2", key=b"2", partition=0)
+    if prepare:
+        writer._producer.prepare_transaction()
+    connection.close()
+    for _ in range(2):
+        cluster.writer(connect(path)).recover()
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+    assert cluster.model.open_transactions() == []
+
+
+def test_a_crash_after_the_producer_id_rotated_recovers_without_an_operator(tmp_path):
+    cluster, path = Cluster(2, True, first_epoch=32762), tmp_path / "a.db"
+    connection = connect(path)
+    writer = cluster.writer(connection)
+    for order_id in (1, 2, 3):
+        order(writer, order_id)
+    block = writer.transaction()  # order 4 begins under a new producer id, prepares, and the process dies
+    tx = block.__enter__()
+    tx.cursor.execute("INSERT INTO orders VALUES (4)")
+    tx.produce("t", value=b"4", key=b"4", partition=0)
+    writer._producer.prepare_transaction()
+    connection.close()
+    cluster.writer(connect(path)).recover()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
+    assert cluster.model.open_transactions() == []
+
+
+def test_a_db_only_transaction_that_reported_an_error_but_landed_is_not_misread(tmp_path):
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(connect(path, CommitLandsThenFails))
+    with writer.transaction() as tx:  # no record: the prepared state is empty
+        tx.cursor.execute("INSERT INTO orders VALUES (1)")
+        CommitLandsThenFails.fail_next = True
+    assert db_ids(path) == [1]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_without_two_phase_commit_a_crash_before_anything_of_the_next_order_was_sent_recovers(tmp_path, version):
+    """Real-broker finding (Kafka 3.9): the writer completes order 1, begins order 2 (protocol v1 bumps the epoch
+    past order 1's) and dies before any record of it left the process. The row still names order 1, not marked
+    complete; the coordinator shows the id idle at a later epoch. Without two-phase commit recovery cannot tell
+    "completed, then moved past" from "timed out", so the row must already say order 1 was completed."""
+    cluster, path = Cluster(version, False), tmp_path / "a.db"
+    connection = connect(path)
+    writer = DualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID,
+                                     "linger.ms": 60_000}, transport=cluster.transport)
+    order(writer, 1)
+    block = writer.transaction()
+    tx = block.__enter__()  # mode a: the process dies inside order 2, its record still in the producer's buffer
+    tx.cursor.execute("INSERT INTO orders VALUES (2)")
+    tx.produce("t", value=b"2", key=b"2", partition=0)
+    connection.close()
+    cluster.writer(connect(path)).recover()
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+    assert cluster.model.open_transactions() == []
+
+
+@pytest.mark.parametrize(("version", "two_phase"), [(2, True), (1, False)])
+def test_a_writer_whose_completion_failed_never_takes_the_id_back_from_its_successor(tmp_path, version, two_phase):
+    """Review finding: writer A's completion of order 1 fails, successor B recovers (commits order 1, owns the id);
+    A's next transaction() must be fenced, not recover and take the id back from the live B."""
+    cluster, path = Cluster(version, two_phase), tmp_path / "a.db"
+    first = cluster.writer(connect(path))
+    with pytest.raises(DualWriteIncompleteError):
+        order(first, 1, during=lambda: cluster.transport.faults.dropped_requests.extend([True] * 5))
+    cluster.transport.faults.dropped_requests.clear()
+    second = cluster.writer(connect(path))
+    second.recover()
+    with pytest.raises(ProducerFencedError):
+        order(first, 2)
+    order(second, 3)  # the successor carries on, unfenced
+    assert db_ids(path) == cluster.kafka_ids() == [1, 3]
+    assert cluster.model.open_transactions() == []

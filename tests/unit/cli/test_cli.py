@@ -1,0 +1,50 @@
+import json
+
+import pytest
+
+from kafka2pc.capabilities import BrokerCapabilities
+from kafka2pc.cli import build_parser, main
+from kafka2pc.cli.doctor import _render_capabilities
+
+
+def _caps(**overrides):
+    fields = dict(
+        bootstrap_servers="127.0.0.1:9092", init_producer_id_max_version=6, end_txn_max_version=5,
+        list_transactions_max_version=2, describe_transactions_max_version=0, enable_2pc=True,
+        enable_2pc_detail="accepted", keep_prepared_txn=False, keep_prepared_txn_detail="refused: UNSUPPORTED_VERSION",
+        transaction_version=2, transaction_max_timeout_ms=900000, two_phase_commit_broker_config="true",
+    )
+    fields.update(overrides)
+    return BrokerCapabilities(**fields)
+
+
+def test_json_dict_has_the_documented_keys():
+    data = json.loads(json.dumps(_caps().to_json_dict()))
+    assert data["init_producer_id_max_version"] == 6
+    assert data["enable_2pc"] is True
+    assert data["keep_prepared_txn"] is False
+    assert data["list_transactions_pattern_filter"] is True
+
+
+def test_table_states_the_verdict():
+    assert "two-phase commit: ACTIVE" in _render_capabilities(_caps())
+    fallback = _render_capabilities(_caps(enable_2pc=False, list_transactions_max_version=1))
+    assert "two-phase commit: FALLBACK" in fallback
+    assert "transaction.max.timeout.ms=900000" in fallback
+
+
+def test_doctor_requires_bootstrap(capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["doctor"])
+    assert info.value.code == 2
+    assert "--bootstrap" in capsys.readouterr().err
+
+
+def test_bad_config_is_a_clean_error(capsys):
+    assert main(["doctor", "--bootstrap", "127.0.0.1:9092", "-X", "no.such.key=1"]) == 1
+    assert "config 'no.such.key': unknown configuration key" in capsys.readouterr().err
+
+
+def test_unreachable_broker_is_a_clean_error(capsys):
+    assert main(["doctor", "--bootstrap", "127.0.0.1:1", "--timeout", "1"]) == 1
+    assert "no broker answered at 127.0.0.1:1" in capsys.readouterr().err

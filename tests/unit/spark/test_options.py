@@ -1,0 +1,47 @@
+"""The kafka2pc data source's options, checked on the driver before anything is written."""
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+
+from kafka2pc.errors import ConfigError
+from kafka2pc.sink.naming import TransactionNamingStrategy
+from kafka2pc.spark.options import SinkOptions, local_path
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "checkpointlocation": "/tmp/ck"}
+
+
+def test_spark_style_options_are_accepted():
+    options = SinkOptions.from_options({**BASE, "kafka.linger.ms": "10", "kafka.security.protocol": "PLAINTEXT",
+                                        "transactionalidprefix": "orders", "transactionnamingstrategy": "Incrementing",
+                                        "twophasecommit": "false"}, streaming=True)
+    assert options.producer_config == {"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "10",
+                                       "security.protocol": "PLAINTEXT"}
+    assert options.prefix == "orders" and options.naming is TransactionNamingStrategy.INCREMENTING
+    assert options.two_phase_commit is False and options.checkpoint_location == "/tmp/ck"
+
+
+@pytest.mark.parametrize(("options", "key", "problem"), [
+    ({"topic": "t", "checkpointlocation": "/c"}, "kafka.bootstrap.servers", "is required"),
+    ({**BASE, "kafka.bootstrap.servers": "nohost"}, "kafka.bootstrap.servers", "is not host:port"),
+    ({**BASE, "kafka.acks": "1"}, "kafka.acks", "must be all"),
+    ({**BASE, "kafka.no.such.setting": "1"}, "kafka.no.such.setting", "unknown configuration key"),
+    ({**BASE, "kafka.transactional.id": "x"}, "kafka.transactional.id", "chosen by the sink"),
+    ({**BASE, "startingoffsets": "earliest"}, "startingoffsets", "unknown option"),
+    ({**BASE, "transactionnamingstrategy": "probing"}, "transactionNamingStrategy", "pooling or incrementing"),
+    ({**BASE, "twophasecommit": "maybe"}, "twoPhaseCommit", "true or false"),
+    ({**BASE, "transactionalidprefix": "-bad"}, "transactional.id.prefix", "must be 1-200 characters"),
+    ({**BASE, "asyncprogresstrackingenabled": "true"}, "asyncProgressTrackingEnabled", "exactly-once"),
+    ({k: v for k, v in BASE.items() if k != "checkpointlocation"}, "checkpointLocation", "is required"),
+    ({**BASE, "checkpointlocation": "hdfs://nn/ck"}, "checkpointLocation", "only local paths"),
+])
+def test_bad_options_are_refused_naming_the_option(options, key, problem):
+    with pytest.raises(ConfigError, match=problem) as info:
+        SinkOptions.from_options(options, streaming=True)
+    assert info.value.key == key
+
+
+def test_checkpoint_locations_may_be_file_uris():
+    assert local_path("k", "file:/tmp/a/b") == "/tmp/a/b"
+    assert local_path("k", "file:///tmp/a/b") == "/tmp/a/b"
