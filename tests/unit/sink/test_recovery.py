@@ -1,0 +1,79 @@
+"""recover() and abort_open_transactions() against the coordinator model: roll every undone decision forward, then
+abort what is open under the prefix and nothing else — engine-neutral, no broker needed."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kafka2pc import TwoPhaseProducer
+from kafka2pc._core.messages import InitProducerId
+from kafka2pc.errors import DecisionLogCorruptError, RecoveryIncompleteError
+from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction, recover
+from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.sink.recovery import abort_open_transactions
+from kafka2pc.transaction_control import TransactionControl
+from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
+
+logging.getLogger("kafka2pc").setLevel(logging.ERROR)
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def transport(request):
+    return ModelTransport(CoordinatorModel(transaction_version=request.param, two_phase_enabled=True), Faults())
+
+
+def prepare(transport, txn_id: str, value: bytes, checkpoint: int = 1) -> PreparedTransaction:
+    producer = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": txn_id}, two_phase_commit=True,
+                                transport=transport)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.produce("t", value, partition=0)
+    subtask = int(txn_id.split("-")[-2]) if txn_id.count("-") >= 2 else 0
+    return PreparedTransaction(txn_id, producer.prepare_transaction(), subtask, checkpoint)
+
+
+def test_recovery_rolls_decisions_forward_and_aborts_the_rest_of_the_prefix(transport, tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    decided = prepare(transport, "job-0-0", b"decided")
+    log.record(Decision(1, [decided]))                      # recorded; the committer died before completing it
+    prepare(transport, "job-1-0", b"undecided", checkpoint=2)  # prepared, never decided
+    prepare(transport, "other-0-0", b"someone else's")         # another prefix: never touched
+    prepare(transport, "job-10-0-0", b"a look-alike")          # not in the grammar of "job"
+    report = recover(TransactionControl(transport), "job", log)
+    assert report.checkpoints_rolled_forward == (1,) and report.rolled_forward == ("job-0-0",)
+    assert report.aborted == ("job-1-0",)
+    assert set(report.known_ids) == {"job-0-0", "job-1-0"}
+    assert transport.model.committed_records() == [b"decided"]
+    assert sorted(t.transactional_id for t in transport.model.open_transactions()) == ["job-10-0-0", "other-0-0"]
+    assert log.is_done(1)
+
+
+def test_a_decision_that_cannot_complete_is_reported_and_the_rest_still_recovers(transport, tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    lost = prepare(transport, "job-0-0", b"lost")
+    log.record(Decision(1, [lost]))
+    transport.execute("job-0-0", InitProducerId(60_000, enable_2pc=True))  # a fresh init aborts the decided one
+    prepare(transport, "job-1-0", b"lingering", checkpoint=2)
+    with pytest.raises(RecoveryIncompleteError) as info:
+        recover(TransactionControl(transport), "job", log)
+    assert set(info.value.stuck) == {1} and info.value.report.aborted == ("job-1-0",)
+    assert not log.is_done(1) and transport.model.open_transactions() == []
+
+
+def test_a_corrupt_record_stops_recovery_before_anything_is_touched(transport, tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    prepare(transport, "job-1-0", b"open")
+    (tmp_path / f"{1:020d}.decision.json").write_text("{not json")
+    with pytest.raises(DecisionLogCorruptError):
+        recover(TransactionControl(transport), "job", log)
+    assert [t.transactional_id for t in transport.model.open_transactions()] == ["job-1-0"]
+
+
+def test_abort_open_transactions_keeps_what_it_is_told_to(transport):
+    prepare(transport, "job-0-0", b"kept")
+    prepare(transport, "job-1-0", b"aborted")
+    aborted = abort_open_transactions(TransactionControl(transport), TransactionalIdGrammar("job"), keep=["job-0-0"])
+    assert aborted == ["job-1-0"]
+    assert [t.transactional_id for t in transport.model.open_transactions()] == ["job-0-0"]

@@ -1,0 +1,59 @@
+"""The sink's own state under a checkpoint location: the prefix it pins on the first run, and its decision log."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from kafka2pc.errors import ConfigError, DecisionLogCorruptError
+from kafka2pc.spark.state import SinkState, SinkStore
+from kafka2pc.transaction_control import TransactionListing
+
+
+def control(*listed: str):
+    asked = []
+
+    def list_(**kwargs):
+        asked.append(kwargs)
+        return [TransactionListing(txn_id, 1, "CompleteCommit") for txn_id in listed]
+
+    return SimpleNamespace(list=list_, asked=asked)
+
+
+def test_the_first_run_pins_a_generated_prefix_and_later_runs_keep_it(tmp_path):
+    store = SinkStore(str(tmp_path))
+    seen = control()
+    state = store.open(None, lambda: seen)
+    assert state.prefix.startswith("kafka2pc-") and seen.asked  # checked free on the cluster
+    again = control()
+    assert store.open(None, lambda: again) == state and again.asked == []  # not asked again
+    assert json.loads(store.state_file.read_text())["prefix"] == state.prefix
+
+
+def test_a_given_prefix_must_match_what_the_checkpoint_holds(tmp_path):
+    store = SinkStore(str(tmp_path))
+    store.open("orders", control)
+    with pytest.raises(ConfigError, match="differs from 'orders'"):
+        store.open("payments", control)
+
+
+def test_a_prefix_with_ids_on_the_cluster_is_refused_on_the_first_run(tmp_path):
+    with pytest.raises(ConfigError, match="already has 1 transactional ids"):
+        SinkStore(str(tmp_path)).open("orders", lambda: control("orders-0-3", "orders0-0-0"))
+    assert not SinkStore(str(tmp_path)).state_file.exists()
+
+
+def test_an_unreadable_state_file_is_an_error_not_a_fresh_start(tmp_path):
+    store = SinkStore(str(tmp_path))
+    store.save(SinkState("orders"))
+    store.state_file.write_text("{")
+    with pytest.raises(DecisionLogCorruptError, match="unreadable sink state"):
+        store.load()
+
+
+def test_the_query_id_comes_from_sparks_metadata_file(tmp_path):
+    (tmp_path / "metadata").write_text('{"id":"1f6c"}\n')
+    assert SinkStore(str(tmp_path)).query_id() == "1f6c"
+    assert SinkStore(str(tmp_path / "none")).query_id() is None
