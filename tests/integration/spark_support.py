@@ -37,6 +37,22 @@ def open_transactions(bootstrap: str, prefix: str, settle_s: float = 10.0) -> li
             time.sleep(0.1)
 
 
+def wait_for_open_transaction(bootstrap: str, prefix: str, timeout_s: float) -> str:
+    """Return as soon as ListTransactions shows a transaction open under ``prefix`` (its id); AssertionError after
+    ``timeout_s``. One connection, polled every 20 ms, so a caller can act while the transaction is still open."""
+    grammar = TransactionalIdGrammar(prefix)
+    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
+        control = TransactionControl(client)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [t.transactional_id for t in control.list(states=["Ongoing"], pattern=f"^{grammar.pattern}$")
+                     if grammar.owns(t.transactional_id)]
+            if found:
+                return found[0]
+            time.sleep(0.02)
+    raise AssertionError(f"no transaction opened under {prefix!r} within {timeout_s:g} s")
+
+
 def sink_prefix(checkpoint: Path) -> str:
     """The prefix the checkpoint pinned."""
     state = SinkStore(str(checkpoint)).load()
@@ -53,4 +69,4 @@ def wait_for(what: str, condition: Callable[[], object], timeout_s: float) -> No
         time.sleep(0.05)
 
 
-__all__ = ["audit", "open_transactions", "produce_orders", "sink_prefix", "wait_for"]
+__all__ = ["audit", "open_transactions", "produce_orders", "sink_prefix", "wait_for", "wait_for_open_transaction"]

@@ -171,7 +171,7 @@ def test_without_two_phase_commit_a_decided_transaction_the_broker_timed_out_is_
     transaction timeout: the broker aborts the decided Kafka transaction. Recovery must say so
     (DualWriteRecoveryError over TransactionLostError), never report success or drop it silently; after an
     operator's resolve() the id works again."""
-    broker = kafka_factory(BrokerSettings(version=PRE_2PC_KAFKA_VERSION, transaction_max_timeout_ms=10_000,
+    broker = kafka_factory(BrokerSettings(version=PRE_2PC_KAFKA_VERSION, transaction_max_timeout_ms=4_000,
                                           extra={"transaction.abort.timed.out.transaction.cleanup.interval.ms":
                                                  "1000"}))
     bootstrap = broker.bootstrap_servers
@@ -179,10 +179,10 @@ def test_without_two_phase_commit_a_decided_transaction_the_broker_timed_out_is_
     path = tmp_path / "app.db"
     db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
     create_orders(db)
-    config = {"transaction.timeout.ms": 10_000}
+    config = {"transaction.timeout.ms": 4_000}
     run_job(db, bootstrap, topic, "late-0", orders=range(3), kill_at=1, mode="c", config=config)
     assert db.ids() == [0, 1] and kafka_keys(bootstrap, topic) == [0]  # order 1: decided, Kafka not completed
-    time.sleep(10 + 4)  # past the timeout and one abort sweep of the coordinator
+    time.sleep(4 + 4)  # past the timeout and one abort sweep of the coordinator
     connection = db.connect()
     successor = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": "late-0", **config})
     with pytest.raises(DualWriteRecoveryError, match="can no longer commit") as info:

@@ -26,7 +26,7 @@ from tests.integration.producer_support import new_txn_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-REQUEST_TIMEOUT_MS = 3000
+REQUEST_TIMEOUT_MS = 1500
 #: short client timeouts keep every fault bounded: a lost answer costs one request.timeout.ms
 FAST = {"request.timeout.ms": REQUEST_TIMEOUT_MS, "max.block.ms": 15_000}
 

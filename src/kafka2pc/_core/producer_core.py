@@ -92,7 +92,8 @@ class _Operation(Generic[R]):
             if raised is error:
                 raise
             raise raised from None
-        self._progress()
+        if not isinstance(result, Finished):
+            self._progress()
         return result
 
 
