@@ -83,7 +83,12 @@ CONNECTION_KEYS: Mapping[str, tuple[str, Callable[[str, object], Any]]] = Mappin
     "ssl.endpoint.identification.algorithm": ("ssl_check_hostname", _hostname_check),
     "request.timeout.ms": ("request_timeout_ms", _positive_int),
     "socket.connection.setup.timeout.ms": ("socket_connection_setup_timeout_ms", _positive_int),
+    "reconnect.backoff.ms": ("reconnect_backoff_ms", _positive_int),
+    "reconnect.backoff.max.ms": ("reconnect_backoff_max_ms", _positive_int),
 })
+#: Kafka's Java client defaults where kafka-python's differ: its reconnect backoff grows to 30 s, so a client could
+#: sit out a broker's restart for longer than max.block.ms
+_JAVA_DEFAULTS = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}
 
 
 def _read_only(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -131,7 +136,7 @@ class ClientConfig:
 
     def kafka_python_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for kafka-python's clients."""
-        return {"bootstrap_servers": self.bootstrap_servers.split(","), **self.options}
+        return {"bootstrap_servers": self.bootstrap_servers.split(","), **_JAVA_DEFAULTS, **self.options}
 
 
 # -- the producer ---------------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from kafka2pc.sink import FileDecisionLog
 from kafka2pc.spark.state import SinkStore
 from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.spark_cluster import StandaloneSparkCluster, alive
-from kafka2pc.testing.spark_fixtures import spark_standalone  # noqa: F401
 
 from .spark_straggler_job import STRAGGLE_S
 from .spark_support import audit, open_transactions, produce_orders, sink_prefix, wait_for
@@ -28,7 +27,7 @@ ORDERS = 4000  # 10 batches of 400 (maxOffsetsPerTrigger)
 
 @pytest.mark.timeout(600)
 def test_executor_killed_mid_batch_with_speculative_stragglers(
-        spark_standalone: StandaloneSparkCluster, kafka, topic_factory, tmp_path):  # noqa: F811
+        spark_standalone: StandaloneSparkCluster, kafka, topic_factory, tmp_path):
     cluster, bootstrap = spark_standalone, kafka.bootstrap_servers
     source, sink = topic_factory(kafka, partitions=4), topic_factory(kafka, partitions=3)
     checkpoint, markers = tmp_path / "checkpoint", tmp_path / "markers"

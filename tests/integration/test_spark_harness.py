@@ -23,7 +23,6 @@ from kafka2pc.testing.spark_cluster import (
     proc_info,
     pyspark_home,
 )
-from kafka2pc.testing.spark_fixtures import spark_local, spark_standalone  # noqa: F401
 
 from .spark_support import wait_for
 
@@ -98,7 +97,7 @@ def test_unresolvable_connector_is_a_clear_error(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir()), "no half-resolved folder is left"
 
 
-def test_local_session_reads_kafka(spark_local, kafka: KafkaService, topic_factory) -> None:  # noqa: F811
+def test_local_session_reads_kafka(spark_local, kafka: KafkaService, topic_factory) -> None:
     topic = topic_factory(kafka, partitions=2)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     for i in range(5):
@@ -117,7 +116,7 @@ def test_local_session_reads_kafka(spark_local, kafka: KafkaService, topic_facto
     assert spark_local.sparkContext.parallelize([0], 1).map(lambda _: sys.executable).collect() == [sys.executable]
 
 
-def test_standalone_job_survives_executor_kill(spark_standalone: StandaloneSparkCluster, tmp_path: Path) -> None:  # noqa: F811
+def test_standalone_job_survives_executor_kill(spark_standalone: StandaloneSparkCluster, tmp_path: Path) -> None:
     cluster = spark_standalone
     script = _write(tmp_path, "standalone_driver.py", STANDALONE_DRIVER)
     driver = run_driver(script, [cluster.master_url, json.dumps(cluster.driver_conf()), "5"], log_dir=tmp_path)

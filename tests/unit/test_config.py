@@ -22,7 +22,14 @@ def test_valid_config_maps_to_kafka_python_names():
         "sasl_plain_username": "u",
         "sasl_plain_password": "p",
         "request_timeout_ms": 5000,
+        "reconnect_backoff_ms": 50,         # Kafka's Java client's defaults, not kafka-python's (30 s at most)
+        "reconnect_backoff_max_ms": 1000,
     }
+
+
+def test_reconnect_backoff_keys_override_the_defaults():
+    config = ClientConfig.from_dict({"bootstrap.servers": "a:1", "reconnect.backoff.max.ms": "5000"})
+    assert config.kafka_python_kwargs()["reconnect_backoff_max_ms"] == 5000
 
 
 @pytest.mark.parametrize(

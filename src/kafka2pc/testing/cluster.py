@@ -100,6 +100,9 @@ def wait_for_brokers(config: Mapping[str, object], expected: int, timeout_s: flo
 @contextmanager
 def _admin(config: Mapping[str, object], timeout_s: float) -> Iterator[KafkaAdminClient]:
     kwargs = ClientConfig.from_dict(config).kafka_python_kwargs()
+    # a short reconnect backoff: a broker still starting refuses connections, and a long backoff would wait on
+    # after it has come up
+    kwargs.update(reconnect_backoff_ms=50, reconnect_backoff_max_ms=250)
     admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=int(timeout_s * 1000),
                              request_timeout_ms=int(timeout_s * 1000), client_id="kafka2pc-harness")
     try:

@@ -1,14 +1,15 @@
-"""pytest fixtures for Spark tests. Import them into a test module (pytest allows ``pytest_plugins`` only in the root
-conftest)::
+"""pytest fixtures for Spark tests. Enable them in the root ``conftest.py`` (so a session-scoped cluster is shared by
+every module)::
 
-    from kafka2pc.testing.spark_fixtures import spark_local, spark_standalone  # noqa: F401
+    pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc.testing.spark_fixtures"]
 
 ``spark_local`` (module): a ``local[2]`` SparkSession with Spark's Kafka connector on its classpath.
-``spark_standalone`` (module): a :class:`~kafka2pc.testing.spark_cluster.StandaloneSparkCluster`, Master and 2
-Workers of 1 core. Its driver runs in another process (:func:`~kafka2pc.testing.spark.run_driver`) when the module
-also uses ``spark_local``: pyspark allows one SparkContext per process.
+``spark_standalone`` (session): a :class:`~kafka2pc.testing.spark_cluster.StandaloneSparkCluster`, Master and 2
+Workers of 1 core, shared by every module that uses it (each job is its own application on it). Its driver runs in
+another process (:func:`~kafka2pc.testing.spark.run_driver`) when the module also uses ``spark_local``: pyspark
+allows one SparkContext per process.
 
-Both skip when pyspark is not installed; a module with a failed test keeps the cluster's logs and names them.
+Both skip when pyspark is not installed; a session with a failed test keeps the cluster's logs and names them.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def spark_local(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     stop_session(session)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark_standalone(request: pytest.FixtureRequest) -> Iterator[StandaloneSparkCluster]:
-    """A Spark standalone cluster on loopback (Master, 2 Workers of 1 core), shared by the test module."""
+    """A Spark standalone cluster on loopback (Master, 2 Workers of 1 core), shared by the test session."""
     _require_pyspark()
     from kafka2pc.testing.spark_cluster import StandaloneSparkCluster  # noqa: PLC0415
 
