@@ -33,9 +33,10 @@ lint: setup
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
 
-# The default suite: unit tests and integration tests against real brokers; long runs are marked slow.
+# The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers:
+# the integration tests in order on one (tests/conftest.py groups them), the unit and model tests on the other.
 test: jars postgres lint
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 demo: jars
 	$(PY) examples/demo.py

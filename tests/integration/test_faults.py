@@ -366,7 +366,7 @@ def test_recovery_whose_coordinator_reads_fail_raises_and_aborts_nothing(broker,
                                          "request.timeout.ms": REQUEST_TIMEOUT_MS})
         started = time.monotonic()
         with ClusterClient(config) as client:
-            control = TransactionControl(client, timeout_s=5)
+            control = TransactionControl(client, timeout_s=3)
             with pytest.raises(BrokerUnavailableError) as raised:
                 recover(control, prefix, FileDecisionLog(tmp_path / "log", prefix))
         elapsed = time.monotonic() - started
@@ -390,16 +390,16 @@ def test_recovery_whose_coordinator_reads_fail_raises_and_aborts_nothing(broker,
 
 
 def test_recovery_listing_is_bounded_by_the_control_timeout(broker, proxy, tmp_path):
-    """TransactionControl(timeout_s=5): a broker that never answers ListTransactions must fail the listing in about
+    """TransactionControl(timeout_s=3): a broker that never answers ListTransactions must fail the listing in about
     timeout_s (plus the request in flight), not in a fixed 30 s per broker."""
     proxy.on_response(ListTransactionsRequest, action=DROP, times=None)
     prefix = f"bounded{uuid.uuid4().hex[:8]}"
     config = ClientConfig.from_dict({"bootstrap.servers": proxy.bootstrap_servers,
                                      "request.timeout.ms": REQUEST_TIMEOUT_MS})
     with ClusterClient(config) as client:
-        control = TransactionControl(client, timeout_s=5)
+        control = TransactionControl(client, timeout_s=3)
         started = time.monotonic()
         with pytest.raises(IncompleteListingError):
             recover(control, prefix, FileDecisionLog(tmp_path / "log", prefix))
         elapsed = time.monotonic() - started
-    assert elapsed < 5 + REQUEST_TIMEOUT_MS / 1000 + 2, f"listing gave up only after {elapsed:.1f} s"
+    assert elapsed < 3 + REQUEST_TIMEOUT_MS / 1000 + 2, f"listing gave up only after {elapsed:.1f} s"
