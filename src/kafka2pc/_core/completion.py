@@ -83,7 +83,13 @@ class Settled:
 
 
 def _lookup_policy(max_look_ups: int) -> Retry:
-    return Retry(total=max(0, max_look_ups - 1), backoff_s=0.01, max_backoff_s=0.5)
+    return _LOOKS if max_look_ups == _LOOK_UPS else Retry(total=max(0, max_look_ups - 1), backoff_s=0.01,
+                                                              max_backoff_s=0.5)
+
+
+#: look-ups while the coordinator writes markers, before a completion reports the fate unknown
+_LOOK_UPS = 40
+_LOOKS = Retry(total=_LOOK_UPS - 1, backoff_s=0.01, max_backoff_s=0.5)
 
 
 class Completion:
@@ -103,7 +109,7 @@ class Completion:
     """
 
     def __init__(self, transactional_id: str, requested: PreparedTxnState, goal: Goal, transaction_version: int, *,
-                 fence_after_abort: bool = False, look_first: bool = False, max_look_ups: int = 40):
+                 fence_after_abort: bool = False, look_first: bool = False, max_look_ups: int = _LOOK_UPS):
         if requested.is_empty and goal is not Goal.LOOK_UP:
             raise ValueError("only a non-empty transaction can be committed or aborted")
         self.transactional_id = transactional_id

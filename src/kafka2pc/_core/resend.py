@@ -47,7 +47,9 @@ class Resending(Generic[R]):
     def __init__(self, inner: Machine[R], policy: Retry = COORDINATOR_RETRY):
         self.inner = inner
         self._policy = policy
-        self._retry = policy
+        #: the series of tries of the current command, begun (at ``_since``) only once it is to be sent again
+        self._retry: Retry | None = None
+        self._since: float | None = None
         self._command: Command | None = None
 
     def start(self, now: float | None = None) -> Command | Finished[R]:
@@ -61,16 +63,16 @@ class Resending(Generic[R]):
             raise TypeError(f"no command in progress for {answer!r}")
         problem = why_again(command, answer)
         if problem is not None:
-            retry = self._retry.next(now)
+            tries = self._retry or self._policy.started(self._since)
+            retry = tries.next(now)
             if retry is not None:
                 self._retry = retry
                 return attrs.evolve(command, after_s=retry.delay_s)
-            answer = NoAnswer(f"{type(command).__name__} got no usable answer {self._retry.describe()} (last: "
+            answer = NoAnswer(f"{type(command).__name__} got no usable answer {tries.describe()} (last: "
                               f"{problem})", sent=not isinstance(answer, NoAnswer) or answer.sent)
         return self._sending(self.inner.on_answer(answer, now), now)
 
     def _sending(self, step: Command | Finished[R], now: float | None) -> Command | Finished[R]:
         if not isinstance(step, Finished):
-            self._command = step
-            self._retry = self._policy.started(now)
+            self._command, self._retry, self._since = step, None, now
         return step
