@@ -93,6 +93,10 @@ class IncompleteListingError(BrokerUnavailableError):
     transactions. Nothing was decided on it."""
 
 
+class PoolTimeoutError(RetriableError):
+    """No pooled dual writer became free in time: every one was busy. Retry, or give the pool more writers."""
+
+
 class IdInUseError(RetriableError):
     """The transactional id this Spark task attempt would write with has an open transaction of another attempt:
     this attempt stops without touching it, and Spark retries the task under the next attempt number (another id)."""
@@ -254,6 +258,12 @@ class DecisionConflictError(UsageError):
 class WriteConflictError(UsageError):
     """A Spark batch write found its checkpoint decided by another write on the same checkpoint location: none of
     its rows were written (its transactions were aborted). One write at a time per location."""
+
+
+class DualWriteUsageError(UsageError):
+    """A ``DualWriter.transaction()`` block was misused: nested in another, or the application committed or rolled
+    back the connection inside it. The block ended with both sides rolled back where that was still possible; the
+    message says what the database may already hold."""
 
 
 class CommandRefusedError(UsageError):

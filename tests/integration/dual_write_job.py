@@ -47,7 +47,8 @@ class KillingSqlite(Killing, sqlite3.Connection):
 
 def connect(db: str):
     if db.startswith("sqlite:"):
-        return sqlite3.connect(db.removeprefix("sqlite:"), factory=KillingSqlite, timeout=30)
+        return sqlite3.connect(db.removeprefix("sqlite:"), factory=KillingSqlite, timeout=30,
+                               check_same_thread=False)  # the pool job lends it to its threads
     import psycopg  # noqa: PLC0415
 
     class KillingPostgres(Killing, psycopg.Connection):

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kafka2pc.dualwrite import DualWriter
+from kafka2pc.dualwrite import DualWriter, DualWriterPool
 from kafka2pc.errors import (
     DualWriteRecoveryError,
     Kafka2pcError,
@@ -330,3 +330,74 @@ def test_a_state_row_naming_a_transaction_the_broker_does_not_have_is_a_clear_er
     successor.resolve("checked by hand: order 41 is on the topic")
     successor.recover()
     successor.close()
+
+
+@pytest.mark.parametrize("successor_sees", ["another state table", "a truncated table"])
+def test_a_decided_transaction_a_successor_has_no_row_for_is_reported_not_aborted(database, kafka, topic_factory,
+                                                                                   successor_sees):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=1)
+    transactional_id = f"rowless-{uuid.uuid4().hex[:6]}"
+    run_job(database, bootstrap, topic, transactional_id, orders=range(1, 2), kill_at=1, mode="c")
+    assert database.ids() == [1] and kafka_keys(bootstrap, topic) == []  # decided in the DB, prepared in Kafka
+    connection = database.connect()
+    state_table = "kafka2pc_dual_write_state"
+    if successor_sees == "a truncated table":
+        connection.cursor().execute(f"DELETE FROM {state_table}")
+        connection.commit()
+    else:
+        state_table = "other_state"
+    successor = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id},
+                           state_table=state_table)
+    with pytest.raises(DualWriteRecoveryError, match="no writer ever owned"):
+        successor.recover()
+    assert open_transaction_count(bootstrap, transactional_id) == 1  # still prepared: nothing aborted
+    successor.close()
+    connection.close()
+    if successor_sees == "another state table":  # the right table's successor still commits it
+        recover(database, bootstrap, transactional_id)
+        assert database.ids() == kafka_keys(bootstrap, topic) == [1]
+
+
+POOL_JOB = Path(__file__).with_name("dual_write_pool_job.py")
+POOL_THREADS = 4
+
+
+def recover_pool(db: Database, bootstrap: str, prefix: str) -> None:
+    connections: list[Any] = []
+
+    def connect() -> Any:
+        connections.append(db.connect())
+        return connections[-1]
+
+    DualWriterPool(connect, {"bootstrap.servers": bootstrap, "transactional.id": prefix}, size=POOL_THREADS).close()
+    for connection in connections:
+        connection.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_and_kafka_equal(database, kafka,
+                                                                                                 topic_factory):
+    """Processes whose four threads write through a DualWriterPool, SIGKILLed in each mode while the other threads
+    are inside their own transactions; the next process's pool start recovers all four ids."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    prefix = f"pool-{uuid.uuid4().hex[:6]}"
+    rng = random.Random(int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
+    rounds = [mode for mode in "abcd" for _ in range(max(1, KILLS_PER_MODE // 2))]
+    rng.shuffle(rounds)
+    first = 0
+    for mode in rounds:
+        count = rng.randint(12, 24)
+        kill_at = first + rng.randrange(POOL_THREADS, count)
+        job = subprocess.run([sys.executable, str(POOL_JOB), database.url, bootstrap, topic, prefix,
+                              str(POOL_THREADS), str(first), str(count), str(kill_at), mode],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert job.returncode == -9, job.stderr[-3000:]
+        recover_pool(database, bootstrap, prefix)
+        db_ids, keys = database.ids(), kafka_keys(bootstrap, topic)
+        assert db_ids == keys, f"mode {mode}, order {kill_at}: DB {db_ids} != Kafka {keys}"
+        assert (kill_at in db_ids) == (mode in "cd")
+        for index in range(POOL_THREADS):
+            assert open_transaction_count(bootstrap, f"{prefix}-{index}") == 0
+        first += count
+    print(f"\n{len(rounds)} pool processes killed ({''.join(rounds)}), {POOL_THREADS} threads each: DB ids == Kafka "
+          f"keys after each recovery ({len(database.ids())} orders)")

@@ -1,7 +1,15 @@
 """Coordinated DB + Kafka dual write: ``DualWriter(connection, config)``; docs/dual-write.md."""
 
+from kafka2pc.dualwrite.pool import DualWriterPool
+from kafka2pc.dualwrite.state_table import state_table_ddl
 from kafka2pc.dualwrite.writer import DualWriter, DualWriteTransaction
-from kafka2pc.errors import DualWriteIncompleteError, DualWriteOutcomeUnknownError, DualWriteRecoveryError
+from kafka2pc.errors import (
+    DualWriteIncompleteError,
+    DualWriteOutcomeUnknownError,
+    DualWriteRecoveryError,
+    DualWriteUsageError,
+    PoolTimeoutError,
+)
 
 __all__ = ["DualWriteIncompleteError", "DualWriteOutcomeUnknownError", "DualWriteRecoveryError", "DualWriteTransaction",
-           "DualWriter"]
+           "DualWriteUsageError", "DualWriter", "DualWriterPool", "PoolTimeoutError", "state_table_ddl"]

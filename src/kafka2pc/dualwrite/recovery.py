@@ -34,12 +34,18 @@ class RecoveryPlan:
 
 
 def plan_recovery(stored: PreparedTxnState | None, completed: bool, observed: ObservedTransaction | None, *,
-                  two_phase_active: bool) -> RecoveryPlan:
+                  two_phase_active: bool, ever_owned: bool = True) -> RecoveryPlan:
     """Decide from the row (``stored``: the last transaction the database committed; ``completed``: known to be
-    complete; ``two_phase_active``: prepared with two-phase commit) and DescribeTransactions (``observed``; None:
-    the coordinator does not know the id)."""
+    complete; ``two_phase_active``: prepared with two-phase commit; ``ever_owned``: a writer ever recovered the id
+    in this table) and DescribeTransactions (``observed``; None: the coordinator does not know the id)."""
     pending = observed if observed is not None and observed.state == ONGOING else None
     if stored is None:
+        if pending is not None and not ever_owned:
+            # no writer ever owned the id here (another state table or search_path, a truncated table): the open
+            # transaction may be one another table's database committed, so aborting it could lose decided data
+            return RecoveryPlan(problem=f"Kafka holds an open transaction ({pending}) for an id no writer ever "
+                                        "owned in this state table (another state_table= or search_path, or a "
+                                        "truncated table?): whether a database committed it cannot be known")
         return RecoveryPlan(abort=pending)
     if pending is not None:
         if pending.identity == _identity(stored):

@@ -7,13 +7,14 @@ how a transaction takes the write lock: ``BEGIN IMMEDIATE`` on SQLite, ``SELECT 
 
 from __future__ import annotations
 
+import contextlib
 import re
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.errors import ConfigError
 from kafka2pc.prepared_state import PreparedTxnState
 
@@ -34,6 +35,16 @@ class StoredState:
     token: str | None = None
 
 
+def state_table_ddl(table: str = "kafka2pc_dual_write_state") -> str:
+    """The CREATE TABLE statement of a dual writer's state table (for a migration, or a DBA to run ahead)."""
+    if not _TABLE_NAME.fullmatch(table):
+        raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
+    return (f"CREATE TABLE IF NOT EXISTS {table} (transactional_id VARCHAR(249) PRIMARY KEY, owner VARCHAR(64), "
+            "prepared_state VARCHAR(64), transaction_version INTEGER, completed INTEGER NOT NULL DEFAULT 1, "
+            "two_phase INTEGER NOT NULL DEFAULT 0, txn_token VARCHAR(32))")
+
+
+_BLOCK_SAVEPOINT = "kafka2pc_dual_write_block"
 _COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase, txn_token"
 
 
@@ -43,60 +54,104 @@ def _stored(row: Sequence[Any]) -> StoredState:
     return StoredState(owner, state, bool(completed), bool(two_phase), token)
 
 
-def _driver_module(connection: Any) -> Any:
-    """The DB-API module of the connection's class, or of the first base class that has one (an application's
-    subclass of ``sqlite3.Connection`` or ``psycopg.Connection`` is defined in its own module)."""
-    for cls in type(connection).__mro__:
-        module = sys.modules.get(cls.__module__.split(".")[0])
-        if module is not None and hasattr(module, "paramstyle"):
-            return module
-    return None
-
-
 class StateTable:
     """SQL for one connection's database flavour."""
 
-    def __init__(self, connection: Any, table: str):
+    def __init__(self, connection: DbapiConnection, table: str, *, create: bool = True):
         if not _TABLE_NAME.fullmatch(table):
             raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
         self.connection = connection
         self.table = table
-        module = _driver_module(connection)
-        self.sqlite = module is not None and module.__name__ == "sqlite3"
-        style = getattr(module, "paramstyle", "qmark")
+        #: create the table on first use if it is missing (else only check that it exists)
+        self.create = create
+        self._table_checked = False
+        self.sqlite = connection.sqlite
+        style = getattr(connection.module, "paramstyle", "qmark")
         self._p = "?" if style == "qmark" else "%s"
-        self.errors = module  # DB-API exception classes live on the driver module
+        self.errors = connection.module  # DB-API exception classes live on the driver module
 
     def _sql(self, text: str) -> str:
         return text.replace("?", self._p)
 
-    def ensure(self) -> None:
-        """Create the table if missing (committed at once)."""
-        cursor = self.connection.cursor()
-        cursor.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (transactional_id VARCHAR(249) PRIMARY KEY, "
-                       "owner VARCHAR(64), prepared_state VARCHAR(64), transaction_version INTEGER, "
-                       "completed INTEGER NOT NULL DEFAULT 1, two_phase INTEGER NOT NULL DEFAULT 0, "
-                       "txn_token VARCHAR(32))")
-        self.connection.commit()
+    def _ensure_table(self) -> None:
+        """Check once that the table exists; create it if missing and allowed. Runs only with no transaction open,
+        and commits nothing but its own CREATE (a least-privilege role that may not create tables never needs to)."""
+        if self._table_checked:
+            return
+        if not self._exists():
+            if not self.create:
+                raise ConfigError("state_table", f"{self.table!r} does not exist and create_state_table=False: "
+                                                 f"create it first with\n{state_table_ddl(self.table)}")
+            try:
+                self.connection.begin()
+                self.connection.cursor().execute(state_table_ddl(self.table))
+                self.connection.commit()
+            except Exception:
+                self.connection.rollback()
+                if not self._exists():  # not a concurrent writer's CREATE winning the race
+                    raise
+        self._table_checked = True
+
+    def _exists(self) -> bool:
+        self.connection.begin()
+        try:
+            cursor = self.connection.cursor()
+            if self.sqlite:
+                cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,))
+            else:  # PostgreSQL: the table as the connection's search_path finds it
+                cursor.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table,))
+            row = cursor.fetchone()
+            return bool(row and row[0])
+        finally:
+            self.connection.rollback()
 
     def begin_locked(self, transactional_id: str) -> StoredState:
         """Start a DB transaction holding the id's row (created if missing) until commit or rollback: writers with
-        the same id serialise here; the row's state is read under the lock."""
-        if getattr(self.connection, "autocommit", False) is True:
-            raise ConfigError("connection", "is in autocommit mode: a dual write needs the connection's transactions "
-                                            "(set autocommit = False)")
-        if self.in_transaction():
+        the same id serialise here; the row's state is read under the lock. If taking the lock fails (a lock or
+        statement timeout, a serialization failure), what it began is rolled back and the database's error raised:
+        the connection is ready for a retry."""
+        self.connection.check_not_autocommit()
+        if self.connection.in_transaction():
             raise ConfigError("connection", "has an open transaction: commit or roll back before a dual-write "
                                             "transaction (its rows would be committed with it)")
-        cursor = self.connection.cursor()
-        if self.sqlite:
-            cursor.execute("BEGIN IMMEDIATE")
-        cursor.execute(self._sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
-                                 "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
-        lock = "" if self.sqlite else " FOR UPDATE"
-        cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?{lock}"),
-                       (transactional_id,))
-        return _stored(cursor.fetchone())
+        self._ensure_table()
+        try:
+            self.connection.begin()
+            cursor = self.connection.cursor()
+            if self.sqlite and not self.connection.implicit_transactions:
+                cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute(self._sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
+                                     "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
+            lock = "" if self.sqlite else " FOR UPDATE"
+            cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?{lock}"),
+                           (transactional_id,))
+            return _stored(cursor.fetchone())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.connection.rollback()
+            raise
+
+    def mark_block(self) -> None:
+        """Take the savepoint that tells whether the application ended the transaction inside the block."""
+        self.connection.cursor().execute(f"SAVEPOINT {_BLOCK_SAVEPOINT}")
+
+    def release_block(self) -> None:
+        """Release that savepoint; fails (on SQLite and PostgreSQL) once the transaction that took it has ended."""
+        self.connection.cursor().execute(f"RELEASE SAVEPOINT {_BLOCK_SAVEPOINT}")
+
+    def block_ended(self) -> bool:
+        """After the block raised: whether the transaction that took the savepoint has ended (rolling back to the
+        savepoint works in a transaction a failed statement aborted, and fails once it has ended)."""
+        try:
+            self.connection.cursor().execute(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
+        except Exception:
+            return True
+        return False
+
+    @staticmethod
+    def is_failed_transaction(exc: BaseException) -> bool:
+        """Whether a statement failed because an earlier one aborted the transaction (PostgreSQL's 25P02)."""
+        return getattr(exc, "sqlstate", None) == "25P02"
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
               two_phase: bool = False, token: str | None = None, completed: bool) -> None:
@@ -120,20 +175,15 @@ class StateTable:
 
     def read(self, transactional_id: str) -> StoredState | None:
         """The row, read in a transaction of its own (ended here)."""
-        cursor = self.connection.cursor()
-        cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?"),
-                       (transactional_id,))
-        row = cursor.fetchone()
-        self.connection.rollback()
+        self.connection.begin()
+        try:
+            cursor = self.connection.cursor()
+            cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?"),
+                           (transactional_id,))
+            row = cursor.fetchone()
+        finally:
+            self.connection.rollback()
         return None if row is None else _stored(row)
-
-    def in_transaction(self) -> bool:
-        """Whether the connection has a transaction open."""
-        if self.sqlite:
-            return bool(self.connection.in_transaction)
-        info = getattr(self.connection, "info", None)
-        status = getattr(info, "transaction_status", None)
-        return status is not None and int(status) != 0  # psycopg: 0 is IDLE
 
     def is_definite_failure(self, exc: BaseException) -> bool:
         """Whether a failed commit certainly did not commit (a constraint, data or SQL error), as opposed to a lost

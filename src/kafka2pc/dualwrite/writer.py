@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, ProducerConfig
+from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import (
@@ -21,6 +22,7 @@ from kafka2pc.errors import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
+    DualWriteUsageError,
     Kafka2pcError,
     ProducerFencedError,
     TransactionLostError,
@@ -32,16 +34,22 @@ from kafka2pc.transaction_control import ControlTransport, TransactionControl
 
 log = logging.getLogger(__name__)
 
+#: the state row's owner after DualWriter.resolve: no writer, yet the row has been owned (see plan_recovery)
+RESOLVED_BY_OPERATOR = "resolved-by-operator"
+
 
 class ClusterTransport(Transport, ControlTransport, Protocol):
     """What a dual writer needs of a cluster when it is not given a real one (a coordinator model, in tests)."""
 
 
 class DualWriteTransaction:
-    """The inside of ``with writer.transaction() as tx``: ``tx.cursor`` for the database, ``tx.produce`` for Kafka."""
+    """The inside of ``with writer.transaction() as tx``: ``tx.cursor`` (a DB-API cursor) or ``tx.connection`` (the
+    writer's connection: a SQLAlchemy ``Connection`` when it was given one or an ``Engine``) for the database,
+    ``tx.produce`` for Kafka."""
 
-    def __init__(self, cursor: Any, producer: TwoPhaseProducer):
+    def __init__(self, cursor: Any, producer: TwoPhaseProducer, connection: Any):
         self.cursor = cursor
+        self.connection = connection
         self._producer = producer
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
@@ -58,11 +66,13 @@ class DualWriter:
     through the state row's owner). ``transport`` replaces the network (a coordinator model, in tests)."""
 
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
-                 state_table: str = "kafka2pc_dual_write_state", transport: ClusterTransport | None = None):
+                 state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
+                 transport: ClusterTransport | None = None):
         self.transactional_id = str(config.get("transactional.id") or "")
         if not self.transactional_id:
             raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
-        self._table = StateTable(connection, state_table)
+        self._db = adapt(connection)
+        self._table = StateTable(self._db, state_table, create=create_state_table)
         self._config, self._two_phase_commit = dict(config), two_phase_commit
         producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
         self._client: ClusterClient | None = None
@@ -77,7 +87,7 @@ class DualWriter:
         self._needs_recovery = True
         #: True once a recovery made this writer the id's owner: from then on another owner means it is fenced
         self._owned = False
-        self._table.ensure()
+        self._in_block = False
 
     def _new_producer(self) -> TwoPhaseProducer:
         if self._client is not None:
@@ -92,8 +102,9 @@ class DualWriter:
 
     @property
     def connection(self) -> Any:
-        """The DB-API connection."""
-        return self._table.connection
+        """The connection the writer works through: the DB-API or SQLAlchemy connection it was given, or the one it
+        checked out of a SQLAlchemy Engine."""
+        return self._db.given
 
     @property
     def two_phase_commit_active(self) -> bool:
@@ -118,7 +129,8 @@ class DualWriter:
                                           "after this one): this writer is fenced; its unfinished transaction is "
                                           "the new owner's to settle")
             observed = control.describe(self.transactional_id)
-            plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase)
+            plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase,
+                                 ever_owned=stored.owner is not None)
             if plan.problem is not None:
                 raise DualWriteRecoveryError(f"{self.transactional_id!r}: {plan.problem}. Nothing was changed; after "
                                              "checking the topic, DualWriter.resolve(reason) clears the row")
@@ -129,10 +141,10 @@ class DualWriter:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
             table.write(self.transactional_id, owner=self._owner, completed=True)
-            self.connection.commit()
+            self._db.commit()
         except BaseException:
             with contextlib.suppress(Exception):
-                self.connection.rollback()
+                self._db.rollback()
             raise
         self._needs_recovery = False
         self._owned = True
@@ -156,29 +168,53 @@ class DualWriter:
         if not reason.strip():
             raise ValueError("a resolution needs a reason")
         self._table.begin_locked(self.transactional_id)
-        self._table.write(self.transactional_id, completed=True)
-        self.connection.commit()
+        # the operator's mark owns the id (a recovery then acts on whatever Kafka holds open) until a writer recovers
+        self._table.write(self.transactional_id, owner=RESOLVED_BY_OPERATOR, completed=True)
+        self._db.commit()
+        self._needs_recovery, self._owned = True, False
         log.warning("%r: stored transaction marked handled by an operator: %s", self.transactional_id, reason)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[DualWriteTransaction]:
         """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
         inside rolls both back and is re-raised."""
+        if self._in_block:
+            raise DualWriteUsageError(f"{self.transactional_id!r}: transaction() inside another transaction() block "
+                                      "of the same writer; one block is one DB transaction (use a second writer, "
+                                      "or a DualWriterPool, for concurrent work)")
+        self._in_block = True
+        try:
+            yield from self._transaction()
+        finally:
+            self._in_block = False
+
+    def _transaction(self) -> Iterator[DualWriteTransaction]:
         if self._needs_recovery:
             self._recover(take_over=not self._owned)
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
         if stored.owner != self._owner:
-            self.connection.rollback()
+            self._db.rollback()
             raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
                                       "this one): this writer is fenced")
         token = uuid.uuid4().hex
+        savepoint_held = False
         try:
+            table.mark_block()
+            savepoint_held = True
             producer.begin_transaction()
-            yield DualWriteTransaction(self.connection.cursor(), producer)
+            yield DualWriteTransaction(self._db.cursor(), producer, self._db.given)
+            self._check_block_intact()
+            savepoint_held = False
             prepared = producer.prepare_transaction()
             table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
                         token=token, completed=False)
+        except Exception as exc:
+            ended = savepoint_held and not isinstance(exc, DualWriteUsageError) and table.block_ended()
+            self._roll_back_both()
+            if ended:
+                raise self._block_ended_error(exc) from exc
+            raise
         except BaseException:
             self._roll_back_both()
             raise
@@ -202,20 +238,37 @@ class DualWriter:
                 log.warning("%r: could not record in the database that %s completed (%r); the next transaction() "
                             "recovers first", self.transactional_id, prepared, exc)
                 with contextlib.suppress(Exception):
-                    self.connection.rollback()
+                    self._db.rollback()
                 return
         self._needs_recovery = False
+
+    def _check_block_intact(self) -> None:
+        """Raise if the application ended the DB transaction inside the block (its commit() or rollback() ends the
+        savepoint taken after the lock, and drops the lock with it)."""
+        try:
+            self._table.release_block()
+        except Exception as exc:
+            if self._table.is_failed_transaction(exc):
+                raise  # a statement in the block failed and the application went on: the database's own error
+            raise self._block_ended_error(exc) from exc
+
+    def _block_ended_error(self, exc: BaseException) -> DualWriteUsageError:
+        return DualWriteUsageError(
+                f"{self.transactional_id!r}: the connection's transaction was committed or rolled back inside the "
+                "transaction() block (by the application, a helper or an ORM). Kafka's transaction is aborted and "
+                "the database's open work rolled back; rows committed inside the block before that stay committed "
+                f"without their events. Let the block commit ({exc!r})")
 
     def _mark_completed(self) -> None:
         """Record in the row, in a DB transaction of its own, that its transaction completed (this writer's only)."""
         stored = self._table.begin_locked(self.transactional_id)
         if stored.owner == self._owner:
             self._table.write(self.transactional_id, completed=True)
-        self.connection.commit()
+        self._db.commit()
 
     def _commit_database(self, prepared: PreparedTxnState, token: str) -> None:
         try:
-            self.connection.commit()
+            self._db.commit()
         except Exception as exc:
             committed = self._read_back(token)
             if committed is True:
@@ -235,7 +288,7 @@ class DualWriter:
         connection cannot tell."""
         try:
             with contextlib.suppress(Exception):
-                self.connection.rollback()
+                self._db.rollback()
             row = self._table.read(self.transactional_id)
         except Exception:
             return None
@@ -243,7 +296,7 @@ class DualWriter:
 
     def _roll_back_both(self) -> None:
         with contextlib.suppress(Exception):
-            self.connection.rollback()
+            self._db.rollback()
         try:
             self._producer.abort_transaction()
         except Kafka2pcError as exc:
@@ -255,11 +308,12 @@ class DualWriter:
         time recovers cleanly), and release the producer and the Kafka connections (not the DB connection, which
         the caller owns). An unfinished transaction is left to the next recovery."""
         with contextlib.suppress(Exception):
-            if not self._needs_recovery and not self._table.in_transaction():
+            if not self._needs_recovery and not self._db.in_transaction():
                 self._mark_completed()
         self._producer.close()
         if self._client is not None:
             self._client.close()
+        self._db.close()
 
     def __enter__(self) -> DualWriter:
         return self

@@ -50,14 +50,11 @@ def test_a_forgotten_id_whose_transaction_is_known_complete_is_fine():
     assert plan_recovery(R, True, None, two_phase_active=True) == RecoveryPlan()
 
 
-def test_an_autocommit_connection_is_refused():
-    import sqlite3  # noqa: PLC0415
-
-    from kafka2pc.dualwrite.state_table import StateTable  # noqa: PLC0415
-    from kafka2pc.errors import ConfigError  # noqa: PLC0415
-
-    class Autocommitting(sqlite3.Connection):
-        autocommit = True
-
-    with pytest.raises(ConfigError, match="autocommit"):
-        StateTable(sqlite3.connect(":memory:", factory=Autocommitting), "state").begin_locked("id-0")
+def test_an_open_transaction_of_an_id_never_owned_here_is_a_problem():
+    """Another state table or search_path, or a truncated table: the open transaction may be one another database
+    committed, so it is reported, not aborted."""
+    plan = plan_recovery(None, True, seen("Ongoing", 7, 9), two_phase_active=False, ever_owned=False)
+    assert plan.problem is not None and "no writer ever owned" in plan.problem and plan.abort is None
+    assert plan_recovery(None, True, seen("CompleteCommit", 7, 9), two_phase_active=False,
+                         ever_owned=False) == RecoveryPlan()
+    assert plan_recovery(None, True, None, two_phase_active=False, ever_owned=False) == RecoveryPlan()

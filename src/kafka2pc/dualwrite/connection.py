@@ -1,0 +1,128 @@
+"""The database connection a dual writer works through: a DB-API 2.0 connection (sqlite3, psycopg 3, or
+SQLAlchemy's ``engine.raw_connection()``), or a SQLAlchemy ``Connection`` or ``Engine``.
+
+With SQLAlchemy, transactions begin, commit and roll back through its ``Connection`` (so its own view of the
+transaction stays right), and the writer's statements run on the DB-API connection under it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kafka2pc.errors import ConfigError
+
+
+def driver_module(dbapi_connection: Any) -> Any:
+    """The DB-API module of a connection's class, or of the first base class that has one (an application's
+    subclass of ``sqlite3.Connection`` or ``psycopg.Connection`` is defined in its own module)."""
+    for cls in type(dbapi_connection).__mro__:
+        module = sys.modules.get(cls.__module__.split(".")[0])
+        if module is not None and hasattr(module, "paramstyle"):
+            return module
+    return None
+
+
+class DbapiConnection:
+    """A DB-API 2.0 connection, used as it is."""
+
+    def __init__(self, connection: Any):
+        # SQLAlchemy's engine.raw_connection() wraps the driver's connection in a proxy of its own
+        self.given = connection
+        self._dbapi = getattr(connection, "dbapi_connection", None) or connection
+        self.module = driver_module(self._dbapi)
+        self.sqlite = self.module is not None and self.module.__name__ == "sqlite3"
+
+    @property
+    def dbapi(self) -> Any:
+        """The driver's own connection."""
+        return self._dbapi
+
+    def begin(self) -> None:
+        """Before the first statement of a transaction (DB-API drivers begin implicitly)."""
+
+    def commit(self) -> None:
+        self.given.commit()
+
+    def rollback(self) -> None:
+        self.given.rollback()
+
+    def cursor(self) -> Any:
+        return self.given.cursor()
+
+    def in_transaction(self) -> bool:
+        """Whether the connection has a transaction open that a dual write would have to commit."""
+        if self.sqlite:
+            # Python 3.12's autocommit=False keeps a transaction open at all times (PEP 249): an empty one is ours
+            return bool(self._dbapi.in_transaction) and not self.implicit_transactions
+        status = getattr(getattr(self._dbapi, "info", None), "transaction_status", None)
+        return status is not None and int(status) != 0  # psycopg: 0 is IDLE
+
+    @property
+    def implicit_transactions(self) -> bool:
+        """sqlite3 with ``autocommit=False`` (Python 3.12+): a transaction is always open; BEGIN is not allowed."""
+        return self.sqlite and getattr(self._dbapi, "autocommit", None) is False
+
+    def check_not_autocommit(self) -> None:
+        if getattr(self._dbapi, "autocommit", False) is True:
+            raise ConfigError("connection", "is in autocommit mode: a dual write needs the connection's transactions "
+                                            "(set autocommit = False)")
+
+    def close(self) -> None:
+        """Nothing: the caller owns a connection it passed."""
+
+
+class SqlAlchemyConnection(DbapiConnection):
+    """A SQLAlchemy ``Connection`` (owned by the caller), or one the writer checks out of an ``Engine`` and owns."""
+
+    def __init__(self, connection: Any, *, owned: bool):
+        self.sqlalchemy = connection
+        self.owned = owned
+        super().__init__(connection.connection.dbapi_connection)
+        self.given = connection
+
+    @property
+    def dbapi(self) -> Any:
+        # after a disconnect SQLAlchemy replaces the driver's connection under the same Connection
+        return self.sqlalchemy.connection.dbapi_connection
+
+    def begin(self) -> None:
+        self.sqlalchemy.begin()
+
+    def commit(self) -> None:
+        self.sqlalchemy.commit()
+
+    def rollback(self) -> None:
+        self.sqlalchemy.rollback()
+
+    def cursor(self) -> Any:
+        return self.sqlalchemy.connection.cursor()
+
+    def in_transaction(self) -> bool:
+        return bool(self.sqlalchemy.in_transaction())
+
+    def check_not_autocommit(self) -> None:
+        super().check_not_autocommit()  # an engine made with isolation_level="AUTOCOMMIT" sets the driver's flag
+        if self.sqlalchemy.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            raise ConfigError("connection", "uses isolation_level='AUTOCOMMIT': a dual write needs transactions")
+
+    def close(self) -> None:
+        if self.owned:
+            self.sqlalchemy.close()
+
+
+def adapt(connection: Any) -> DbapiConnection:
+    """What a DualWriter was given, as the writer uses it."""
+    sqlalchemy = sys.modules.get("sqlalchemy")
+    if sqlalchemy is not None:
+        if isinstance(connection, sqlalchemy.engine.Engine):
+            return SqlAlchemyConnection(connection.connect(), owned=True)
+        if isinstance(connection, sqlalchemy.engine.Connection):
+            return SqlAlchemyConnection(connection, owned=False)
+        orm = sys.modules.get("sqlalchemy.orm")
+        if orm is not None and isinstance(connection, orm.Session):
+            raise ConfigError("connection", "is an ORM Session: pass its Engine or a Connection, and bind a Session "
+                                            "to tx.connection inside the block (docs/dual-write.md, SQLAlchemy)")
+    if not callable(getattr(connection, "cursor", None)) or not callable(getattr(connection, "commit", None)):
+        raise ConfigError("connection", f"{type(connection).__name__} is not a DB-API 2.0 connection, a SQLAlchemy "
+                                        "Connection or an Engine")
+    return DbapiConnection(connection)
