@@ -15,6 +15,7 @@ from kafka2pc._core.messages import (
     COMPLETE_ABORT,
     IN_FLUX,
     ONGOING,
+    PREPARE_ABORT,
     Answer,
     Command,
     Described,
@@ -189,8 +190,9 @@ class Completion:
             if phase is Phase.LOOKING_FIRST and verdict.fate is not Fate.IN_FLUX:
                 return self._end()  # v5 if it is ongoing at exactly its identity; else the v4 path, as without a look
             if phase is Phase.CHECKING_LOST_ABORT and observed is not None and observed.identity == self._identity \
-                    and observed.state == COMPLETE_ABORT:
-                return self._fence_step(answer)  # the abort landed (or its writer aborted it): fence as after one
+                    and observed.state in (PREPARE_ABORT, COMPLETE_ABORT):
+                # the abort landed (or its writer aborted it; its markers may still be written): fence as after one
+                return self._fence_step(answer)
             return self._after_look_up(verdict, Phase.LOOKING_FIRST if phase is Phase.LOOKING_FIRST
                                        else Phase.LOOKING)
         if isinstance(answer, NoAnswer) and phase is Phase.ENDING and self._fences_after_abort:

@@ -4,9 +4,11 @@ The transport only reports what happened: an answer (with its error code), or :c
 whether the request may have reached a broker). :class:`Resending` wraps a machine and, by the command's
 :attr:`resend_safe`, sends it again itself — after a lost answer, or a coordinator that moved, is loading or is busy
 (:data:`~kafka2pc._core.codes.COORDINATOR_RETRIABLE`) — with the backoff of its :class:`~kafka2pc._core.retry.Retry`,
-until the policy's time runs out. Then, and for every command that is not safe to repeat (a guarded bump may have
-acted: the machine looks instead), the machine itself gets the answer, a lost one as :class:`NoAnswer`. A request
-that never reached a broker is always sent again.
+until the policy's time runs out. Then, and for every command that is not safe to repeat, the machine itself gets
+the answer, a lost one as :class:`NoAnswer`. A guarded bump (InitProducerId expecting an identity) is never sent
+again here, not even when it certainly never reached a broker: it was decided on a look, and sent later, after a
+backoff, it could land on a successor's newer transaction (Kafka checks only the producer id of an Ongoing one and
+aborts it). Its machine looks again instead.
 
 So "what happens when EndTxn times out": EndTxn is safe to repeat (Kafka answers NONE to a retry of an end that
 succeeded), so it is sent again with backoff until ``max.block.ms``; then the
@@ -34,7 +36,7 @@ COORDINATOR_RETRY = Retry(timeout_s=60.0, backoff_s=0.05, max_backoff_s=1.0)
 def why_again(command: Command, answer: Answer) -> str | None:
     """Why ``command`` may be sent again after ``answer`` (None: it may not, or need not)."""
     if isinstance(answer, NoAnswer):
-        return answer.reason if command.resend_safe or not answer.sent else None
+        return answer.reason if command.resend_safe else None
     if command.resend_safe and answer.error in codes.COORDINATOR_RETRIABLE:
         return codes.error_name(answer.error)
     return None

@@ -235,3 +235,16 @@ def test_empty_transactions_cannot_be_committed_or_aborted():
     for goal in (Goal.COMMIT, Goal.ABORT):
         with pytest.raises(ValueError, match="non-empty"):
             Completion("t", PreparedTxnState.empty(), goal, 2)
+
+
+def test_a_v1_abort_whose_answer_was_lost_is_fenced_even_when_its_markers_are_still_being_written():
+    """The lost abort landed: the first look finds PrepareAbort at its identity, the next CompleteAbort. The
+    writer may live, so the fence is still sent (else it could reopen the transaction at that epoch)."""
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), NoAnswer("lost"),
+                        Described(ObservedTransaction("PrepareAbort", 7, 10)),
+                        Described(ObservedTransaction("CompleteAbort", 7, 10)), InitAnswer(codes.NONE,
+                                                                                          ProducerIdentity(7, 11)))
+    assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "DescribeTransaction",
+                                                "InitProducerId"]
+    assert sent[3] == InitProducerId(1000, expected=ID)
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
