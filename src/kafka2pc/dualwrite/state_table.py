@@ -118,18 +118,32 @@ class StateTable:
         try:
             self.connection.begin()
             cursor = self.connection.cursor()
-            if self.sqlite and not self.connection.implicit_transactions:
+            # the write lock first: BEGIN IMMEDIATE on SQLite, where a deferred transaction's write (its implicit
+            # one, with autocommit=False) must come before any read; the row lock of SELECT FOR UPDATE elsewhere
+            insert_first = self.sqlite and self.connection.implicit_transactions
+            if self.sqlite and not insert_first:
                 cursor.execute("BEGIN IMMEDIATE")
-            cursor.execute(self._sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
-                                     "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
-            lock = "" if self.sqlite else " FOR UPDATE"
-            cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?{lock}"),
-                           (transactional_id,))
-            return _stored(cursor.fetchone())
+            if insert_first:
+                self._insert_row(cursor, transactional_id)
+            row = self._select_locked(cursor, transactional_id)
+            if row is None:  # a new id: one more round trip, once
+                self._insert_row(cursor, transactional_id)
+                row = self._select_locked(cursor, transactional_id)
+            return _stored(row)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.connection.rollback()
             raise
+
+    def _insert_row(self, cursor: Any, transactional_id: str) -> None:
+        cursor.execute(self._sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
+                                 "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
+
+    def _select_locked(self, cursor: Any, transactional_id: str) -> Any:
+        lock = "" if self.sqlite else " FOR UPDATE"
+        cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?{lock}"),
+                       (transactional_id,))
+        return cursor.fetchone()
 
     def mark_block(self) -> None:
         """Take the savepoint that tells whether the application ended the transaction inside the block."""
