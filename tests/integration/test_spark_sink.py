@@ -3,19 +3,17 @@ batch writes, replays, empty partitions, and the errors it gives before anything
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import attrs
 import pytest
+from confluent_kafka import Producer as ConfluentProducer
 
 pyspark = pytest.importorskip("pyspark")
 
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.taskcontext import TaskContext  # noqa: E402
 
 from kafka2pc import TransactionNamingStrategy  # noqa: E402
@@ -26,6 +24,8 @@ from kafka2pc.spark.columns import Columns  # noqa: E402
 from kafka2pc.spark.driver import SinkDriver  # noqa: E402
 from kafka2pc.spark.options import SinkOptions  # noqa: E402
 from kafka2pc.spark.task import TaskPlan, write_partition  # noqa: E402
+from kafka2pc.testing.spark import local_session, stop_session  # noqa: E402
+from kafka2pc.testing.verify import end_offsets, read_records  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 
@@ -34,16 +34,13 @@ ROWS_PER_BATCH = 200
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("kafka2pc-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-               .config("spark.sql.streaming.stopTimeout", "30s").getOrCreate())
+def spark():
+    """local[2] with Spark's own Kafka connector, so jobs can read with format("kafka") as users' jobs do."""
+    session = local_session("kafka2pc-tests", cores=2, kafka_connector=True,
+                            conf={"spark.sql.streaming.stopTimeout": "30s"})
     session.sparkContext.setLogLevel("ERROR")
     yield session
-    session.stop()
+    stop_session(session)
 
 
 def settle_after_stop(spark, bootstrap: str, checkpoint: Path) -> None:
@@ -146,6 +143,29 @@ def test_batch_write_commits_all_rows_once_and_empty_partitions_hand_over_nothin
     assert first is not None and 1 <= len(first.transactions) < 8  # empty partitions handed over nothing
     assert all(not t.state.is_empty for t in first.transactions)
     assert log.last_checkpoint() == 2 and log.undone() == []
+
+
+def test_a_kafka_source_job_with_a_topic_option_writes_to_that_topic_not_back_to_its_source(spark, kafka,
+                                                                                              topic_factory, tmp_path):
+    # rows read with format("kafka") carry a topic column (their source); Spark's Kafka sink lets the topic option
+    # override it, and so must kafka2pc, or this job feeds its output back into its input
+    source, enriched = topic_factory(kafka, partitions=2), topic_factory(kafka, partitions=2)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(50):
+        producer.produce(source, key=str(i).encode(), value=f"order-{i}".encode())
+    assert producer.flush(30) == 0
+    source_ends = end_offsets(kafka.bootstrap_servers, source)
+
+    rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("subscribe", source).load()
+            .selectExpr("topic", "key", "upper(CAST(value AS STRING)) AS value"))
+    assert rows.filter(f"topic = '{source}'").count() == 50
+    rows.write.format("kafka2pc").option("kafka.bootstrap.servers", kafka.bootstrap_servers) \
+        .option("topic", enriched).option("checkpointLocation", str(tmp_path / "ck")).mode("append").save()
+
+    written = read_records(kafka.bootstrap_servers, enriched)
+    assert sorted(r.value for r in written) == sorted(f"ORDER-{i}".encode() for i in range(50))
+    assert end_offsets(kafka.bootstrap_servers, source) == source_ends, "the source topic got new records"
 
 
 @pytest.mark.parametrize(("change", "problem"), [

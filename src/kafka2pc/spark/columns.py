@@ -79,17 +79,21 @@ def _as_binary(column: pa.Array) -> list[Any]:
 
 def records(batch: pa.RecordBatch, columns: Columns, topic_option: str | None) -> Iterator[RecordBatch | Record]:
     """The records of an Arrow batch: one :class:`RecordBatch` when every row goes the same way with a value, else
-    one :class:`Record` per row. A row without a topic raises a ConfigError naming it."""
+    one :class:`Record` per row. The ``topic`` option, when given, overrides the ``topic`` column; a row without a
+    topic raises a ConfigError naming it."""
     names = batch.schema.names
     value_column = batch.column(names.index("value"))
     values = _as_binary(value_column)
     keys = _as_binary(batch.column(names.index("key"))) if columns.key else None
-    general = columns.topic or columns.partition or columns.headers or value_column.null_count > 0
+    # the topic option overrides the topic column, as in Spark's Kafka sink (a job that read with format("kafka")
+    # carries its source topic in that column: letting it win would write back into the source)
+    per_row_topic = columns.topic and topic_option is None
+    general = per_row_topic or columns.partition or columns.headers or value_column.null_count > 0
     if not general:
         assert topic_option is not None
         yield RecordBatch(topic_option, values, keys)
         return
-    topics = batch.column(names.index("topic")).to_pylist() if columns.topic else None
+    topics = batch.column(names.index("topic")).to_pylist() if per_row_topic else None
     partitions = batch.column(names.index("partition")).to_pylist() if columns.partition else None
     headers = batch.column(names.index("headers")).to_pylist() if columns.headers else None
     for row, value in enumerate(values):

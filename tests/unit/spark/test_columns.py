@@ -57,6 +57,25 @@ def test_arrow_batches_become_records():
     general = pa.record_batch({"value": pa.array([b"x", None]), "topic": pa.array(["t1", None]),
                                "partition": pa.array([3, None], type=pa.int32()), "headers": headers})
     assert list(records(general, Columns(topic=True, partition=True, headers=True), "dflt")) == [
-        Record("t1", b"x", None, 3, [("h", b"1")]), Record("dflt", None, None, None, None)]
+        Record("dflt", b"x", None, 3, [("h", b"1")]), Record("dflt", None, None, None, None)]
+    assert next(records(general, Columns(topic=True, partition=True, headers=True), None)) == Record(
+        "t1", b"x", None, 3, [("h", b"1")])
     with pytest.raises(ConfigError, match="null 'topic'"):
         list(records(general, Columns(topic=True, partition=True, headers=True), None))
+
+
+def test_the_topic_option_overrides_the_topic_column_as_in_sparks_kafka_sink():
+    import pyarrow as pa  # noqa: PLC0415
+
+    from kafka2pc.spark.columns import Record, RecordBatch, records  # noqa: PLC0415
+
+    # rows read with format("kafka") carry their source topic; .option("topic", ...) must send them elsewhere
+    read_from_kafka = pa.record_batch({"value": pa.array([b"a", b"b"]), "topic": pa.array(["source", None])})
+    assert list(records(read_from_kafka, Columns(topic=True), "enriched")) == [
+        RecordBatch("enriched", [b"a", b"b"], None)]
+    with_partitions = pa.record_batch({"value": pa.array([b"a"]), "topic": pa.array(["source"]),
+                                       "partition": pa.array([1], type=pa.int32())})
+    assert list(records(with_partitions, Columns(topic=True, partition=True), "enriched")) == [
+        Record("enriched", b"a", None, 1, None)]
+    assert list(records(read_from_kafka.slice(0, 1), Columns(topic=True), None)) == [
+        Record("source", b"a", None, None, None)]
