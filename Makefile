@@ -58,10 +58,12 @@ bench-recovery: jars
 	$(PY) benchmarks/recovery.py
 
 # Long chaos runs, by their own target (not part of `make test`): 50 000 model-based sequences, and the Spark main
-# job's driver SIGKILLed 30 times (3 in the default suite, the first ones aimed inside a transaction).
+# job's driver SIGKILLed 30 times (3 in the default suite, the first ones aimed inside a transaction), and the
+# foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned).
 chaos: jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
+	KAFKA2PC_FOREACH_BATCH_KILLS=12 $(PY) -m pytest -p no:logging tests/integration/test_spark_foreach_batch.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache

@@ -260,6 +260,11 @@ class WriteConflictError(UsageError):
     its rows were written (its transactions were aborted). One write at a time per location."""
 
 
+class StaleWriteVersionError(UsageError):
+    """A keyed Spark batch write (``txnAppId``/``txnVersion``) has a version below its application's last decided
+    one: refused, nothing written. Versions must increase per application."""
+
+
 class DualWriteUsageError(UsageError):
     """A ``DualWriter.transaction()`` block was misused: nested in another, or the application committed or rolled
     back the connection inside it. The block ended with both sides rolled back where that was still possible; the

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka2pc.errors import BatchOverError, IdInUseError, WriteConflictError, WriteDecidedError
+from kafka2pc.errors import (
+    BatchOverError,
+    IdInUseError,
+    StaleWriteVersionError,
+    WriteConflictError,
+    WriteDecidedError,
+)
 from kafka2pc.spark.source import Kafka2pcDataSource
 
-__all__ = ["BatchOverError", "IdInUseError", "Kafka2pcDataSource", "WriteConflictError", "WriteDecidedError",
-           "register"]
+__all__ = ["BatchOverError", "IdInUseError", "Kafka2pcDataSource", "StaleWriteVersionError", "WriteConflictError",
+           "WriteDecidedError", "register"]
 
 
 def register(spark: Any) -> None:

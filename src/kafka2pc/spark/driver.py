@@ -23,6 +23,7 @@ from kafka2pc.sink.decision_log import FileDecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.sink.recovery import abort_open_transactions, recover
+from kafka2pc.sink.write_keys import METADATA_KEY, Verdict, decided_versions, verdict, with_decided
 from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
@@ -85,8 +86,26 @@ class SinkDriver:
         window = move_window(self.control, self.state.prefix)  # attempts of earlier batches and runs stop writing
         recover(self.control, self.state.prefix, log_, report_known=False)
         checkpoint = None if streaming else (log_.last_checkpoint() or 0) + 1
+        key = self.options.write_key
+        skip = key is not None and self.write_key_verdict() is Verdict.ALREADY_DECIDED
+        if skip and key is not None:
+            log.info("txnAppId %r txnVersion %d is decided already at %s: this write writes nothing", key.app_id,
+                     key.version, self.options.checkpoint_location)
         return TaskPlan(self.options.producer_config, self.state.prefix, self.options.naming,
-                        self.options.two_phase_commit, self.options.topic, columns, checkpoint, window)
+                        self.options.two_phase_commit, self.options.topic, columns, checkpoint, window, skip)
+
+    def write_key_verdict(self) -> Verdict:
+        """Whether a keyed batch write writes (or is a replay of a decided one); a stale version raises
+        :class:`~kafka2pc.errors.StaleWriteVersionError`. Unkeyed writes always write."""
+        key = self.options.write_key
+        if key is None:
+            return Verdict.WRITE
+        return verdict(self._decided_versions(), key, where=self.options.checkpoint_location)
+
+    def _decided_versions(self) -> dict[str, int]:
+        log_ = self.decision_log
+        last = log_.last_checkpoint()
+        return decided_versions(log_.decision(last) if last is not None else None)
 
     def commit(self, messages: Sequence[TaskMessage | None], checkpoint: int) -> tuple[Settlement, Timings]:
         """Decide ``checkpoint`` with the authorized attempts' transactions (the record is the commit point), commit
@@ -95,7 +114,8 @@ class SinkDriver:
         self._announce_fallback(messages)
         metadata = {"attempts": [[m.partition, m.attempt, m.task_attempt_id] for m in messages if m is not None],
                     "records": sum(m.records for m in messages if m is not None),
-                    "two_phase_active": all(m.two_phase_active for m in messages if m is not None)}
+                    "two_phase_active": all(m.two_phase_active for m in messages if m is not None),
+                    METADATA_KEY: with_decided(self._decided_versions(), self.options.write_key)}
         settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
         settled = time.monotonic()
         self._move_window()  # an attempt whose transaction is not open yet never opens it

@@ -14,11 +14,12 @@ import attrs
 from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.write_keys import WriteKey
 
 KAFKA_PREFIX = "kafka."
 #: options Spark's Kafka sink has, or kafka2pc adds (lower-cased, as Spark passes them)
 SINK_OPTIONS = frozenset({"topic", "checkpointlocation", "transactionalidprefix", "transactionnamingstrategy",
-                          "twophasecommit", "includeheaders"})
+                          "twophasecommit", "includeheaders", "txnappid", "txnversion"})
 #: producer settings kafka2pc chooses itself: the sink names its transactional ids
 _RESERVED = frozenset({"transactional.id"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -45,6 +46,24 @@ def local_path(key: str, location: str) -> str:
     raise ConfigError(key, f"{location!r}: only local paths (or file: URIs) are supported, not {parsed.scheme}:")
 
 
+def _write_key(opts: Mapping[str, str], *, streaming: bool) -> WriteKey | None:
+    app_id, version = opts.get("txnappid"), opts.get("txnversion")
+    if app_id is None and version is None:
+        return None
+    if streaming:
+        raise ConfigError("txnAppId", "is for batch writes, typically in foreachBatch; a streaming query's batches "
+                                      "are written once each already (by their batch id)")
+    if app_id is None or version is None:
+        missing = "txnVersion" if version is None else "txnAppId"
+        raise ConfigError(missing, "is required with the other one: txnAppId (a stable id of the writing application) "
+                                   "and txnVersion (increasing, typically foreachBatch's batch_id) go together")
+    try:
+        number = int(version.strip())
+    except ValueError:
+        raise ConfigError("txnVersion", f"must be an integer >= 0, got {version!r}") from None
+    return WriteKey(app_id, number)
+
+
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
@@ -60,6 +79,8 @@ class SinkOptions:
     prefix: str | None = None
     naming: TransactionNamingStrategy = TransactionNamingStrategy.POOLING
     two_phase_commit: bool = True
+    #: a batch write's idempotent-write key (options ``txnAppId`` and ``txnVersion``), None when not given
+    write_key: WriteKey | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -104,5 +125,6 @@ class SinkOptions:
                                                            f"{naming_text!r}") from None
         return cls(producer_config=producer, checkpoint_location=local_path("checkpointLocation", location),
                    topic=opts.get("topic") or None, prefix=prefix, naming=naming,
-                   two_phase_commit=_bool("twoPhaseCommit", opts.get("twophasecommit", "true")))
+                   two_phase_commit=_bool("twoPhaseCommit", opts.get("twophasecommit", "true")),
+                   write_key=_write_key(opts, streaming=streaming))
 

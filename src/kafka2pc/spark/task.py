@@ -43,6 +43,8 @@ class TaskPlan:
     checkpoint: int | None
     #: the write window the driver opened for this batch (:mod:`kafka2pc.spark.window`); "" checks none
     window: str = ""
+    #: a keyed batch write whose key is decided already (a replay): tasks write nothing
+    skip: bool = False
 
 
 @attrs.frozen

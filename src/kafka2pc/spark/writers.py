@@ -66,7 +66,9 @@ class _Writer:
         self._options = SinkOptions.from_options(options, streaming=self.streaming)
         self._columns = Columns.of_schema(schema, topic_option=self._options.topic)
         self._plan: TaskPlan | None = None
-        SinkDriver(self._options).state  # noqa: B018 - pins or checks the prefix now, so its errors come first
+        driver = SinkDriver(self._options)
+        driver.state  # noqa: B018 - pins or checks the prefix now, so its errors come first
+        driver.write_key_verdict()  # a stale txnVersion is refused before anything runs
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled only to be shipped (to the tasks; for a batch write, also to the driver's commit): the driver's
@@ -83,6 +85,10 @@ class _Writer:
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         assert self._plan is not None, "a writer is planned before it is shipped to tasks"
+        if self._plan.skip:
+            for _ in iterator:  # a replay of a decided keyed write: its rows are in Kafka already
+                pass
+            return WriterCommitMessage()
         return SinkCommitMessage(write_partition(self._plan, iterator))
 
 

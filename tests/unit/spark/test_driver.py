@@ -1,12 +1,14 @@
 """The driver's batch-write outcome errors, without a broker: a failure after the decision says the write is decided
 (and must not be run again); a failure before it is the failure itself."""
 
+import attrs
 import pytest
 
 pytest.importorskip("pyspark")
 
-from kafka2pc.errors import BrokerUnavailableError, WriteDecidedError
+from kafka2pc.errors import BrokerUnavailableError, StaleWriteVersionError, WriteDecidedError
 from kafka2pc.sink import Decision
+from kafka2pc.sink.write_keys import METADATA_KEY, Verdict
 from kafka2pc.spark.driver import SinkDriver
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
@@ -44,3 +46,43 @@ def test_a_failure_before_the_decision_is_itself(driver):
 
 def test_no_task_reported_nothing_to_decide(driver):
     assert driver.commit_write([None, None]) is None
+
+
+def keyed_driver(location, version):
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                                        "checkpointLocation": str(location), "txnAppId": "job",
+                                        "txnVersion": str(version)}, streaming=False)
+    return SinkDriver(options)
+
+
+def test_a_keyed_write_is_judged_against_the_newest_decision(tmp_path):
+    SinkStore(str(tmp_path)).save(SinkState("pfx"))
+    log = keyed_driver(tmp_path, 0).decision_log
+    log.record(Decision(1, (), {METADATA_KEY: {"job": 5, "other": 9}}))
+    log.mark_done(1)
+    log.record(Decision(2, (), {METADATA_KEY: {"job": 6, "other": 9}}))  # what the newest says wins
+    assert keyed_driver(tmp_path, 6).write_key_verdict() is Verdict.ALREADY_DECIDED
+    assert keyed_driver(tmp_path, 7).write_key_verdict() is Verdict.WRITE
+    with pytest.raises(StaleWriteVersionError):
+        keyed_driver(tmp_path, 5).write_key_verdict()
+
+
+def test_a_decision_carries_the_keys_forward(tmp_path, monkeypatch):
+    SinkStore(str(tmp_path)).save(SinkState("pfx"))
+    driver = keyed_driver(tmp_path, 3)
+    driver.decision_log.record(Decision(1, (), {METADATA_KEY: {"other": 9}}))
+    recorded = {}
+
+    class Committer:
+        def __init__(self, _control, _log):
+            pass
+
+        def settle(self, _checkpoint, _offered, metadata):
+            recorded.update(metadata)
+            raise BrokerUnavailableError("stop here")
+
+    monkeypatch.setattr(SinkDriver, "control", None)  # no cluster: the committer is replaced
+    monkeypatch.setattr("kafka2pc.spark.driver.Committer", Committer)
+    with pytest.raises(BrokerUnavailableError):
+        driver.commit([attrs.evolve(MESSAGE, checkpoint=2)], 2)
+    assert recorded[METADATA_KEY] == {"other": 9, "job": 3}

@@ -7,6 +7,7 @@ pytest.importorskip("pyspark")
 
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionNamingStrategy
+from kafka2pc.sink.write_keys import WriteKey
 from kafka2pc.spark.options import SinkOptions, local_path
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "checkpointlocation": "/tmp/ck"}
@@ -45,3 +46,25 @@ def test_bad_options_are_refused_naming_the_option(options, key, problem):
 def test_checkpoint_locations_may_be_file_uris():
     assert local_path("k", "file:/tmp/a/b") == "/tmp/a/b"
     assert local_path("k", "file:///tmp/a/b") == "/tmp/a/b"
+
+
+@pytest.mark.parametrize(("extra", "streaming", "key", "problem"), [
+    ({"txnAppId": "job"}, False, "txnVersion", "go together"),
+    ({"txnVersion": "3"}, False, "txnAppId", "go together"),
+    ({"txnAppId": "job", "txnVersion": "three"}, False, "txnVersion", "integer"),
+    ({"txnAppId": "job", "txnVersion": "-1"}, False, "txnVersion", "integer"),
+    ({"txnAppId": "job", "txnVersion": "3"}, True, "txnAppId", "batch writes"),
+])
+def test_write_key_options_are_checked(tmp_path, extra, streaming, key, problem):
+    options = {"kafka.bootstrap.servers": "b:9092", "topic": "t", "checkpointLocation": str(tmp_path), **extra}
+    with pytest.raises(ConfigError, match=problem) as raised:
+        SinkOptions.from_options(options, streaming=streaming)
+    assert raised.value.key == key
+
+
+def test_write_key_options_make_a_key(tmp_path):
+    options = {"kafka.bootstrap.servers": "b:9092", "topic": "t", "checkpointLocation": str(tmp_path),
+               "TXNAPPID": "job", "txnversion": " 12 "}
+    assert SinkOptions.from_options(options, streaming=False).write_key == WriteKey("job", 12)
+    del options["TXNAPPID"], options["txnversion"]
+    assert SinkOptions.from_options(options, streaming=False).write_key is None
