@@ -151,6 +151,11 @@ class DecisionLogCorruptError(FatalError):
     """A decision record cannot be read, or belongs to another prefix; recovery stops before touching anything."""
 
 
+class SinkStateMissingError(FatalError):
+    """A Spark checkpoint holds Spark's progress but not the kafka2pc sink's state (deleted, or the driver runs where
+    the path is another directory): nothing is written until the state is back (the message says how)."""
+
+
 class IdPoolExhaustedError(FatalError):
     """A subtask would need more live transactional ids than its cap: transactions are not being completed (the
     committer is stuck or checkpoints are piling up)."""

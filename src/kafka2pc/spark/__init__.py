@@ -11,14 +11,23 @@ from typing import Any
 from kafka2pc.errors import (
     BatchOverError,
     IdInUseError,
+    SinkStateMissingError,
     StaleWriteVersionError,
     WriteConflictError,
     WriteDecidedError,
 )
 from kafka2pc.spark.source import Kafka2pcDataSource
 
-__all__ = ["BatchOverError", "IdInUseError", "Kafka2pcDataSource", "StaleWriteVersionError", "WriteConflictError",
-           "WriteDecidedError", "register"]
+__all__ = [
+    "BatchOverError",
+    "IdInUseError",
+    "Kafka2pcDataSource",
+    "SinkStateMissingError",
+    "StaleWriteVersionError",
+    "WriteConflictError",
+    "WriteDecidedError",
+    "register",
+]
 
 
 def register(spark: Any) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 
-from kafka2pc.errors import ConfigError, DecisionLogCorruptError
+from kafka2pc.errors import ConfigError, DecisionLogCorruptError, SinkStateMissingError
 from kafka2pc.sink.decision_log import FileDecisionLog, atomic_write
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.transaction_control import TransactionControl
@@ -76,6 +76,13 @@ class SinkStore:
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None
 
+    def spark_commits(self) -> list[int]:
+        """The batch ids Spark's commit log holds (a streaming query's checkpoint; empty for anything else)."""
+        folder = self.checkpoint / "commits"
+        if not folder.is_dir():
+            return []
+        return [int(entry.name) for entry in folder.iterdir() if entry.name.isdigit()]
+
     def open(self, requested_prefix: str | None, control: Callable[[], TransactionControl]) -> SinkState:
         """The state of this checkpoint: pinned on the first run (``control()`` checks the prefix is free on the
         cluster), checked against the options on later ones."""
@@ -86,6 +93,15 @@ class SinkStore:
                                                            f"which the checkpoint {self.checkpoint} holds: a query "
                                                            "keeps its prefix (see docs/spark.md, changing the prefix)")
             return state
+        committed = self.spark_commits()
+        if committed and requested_prefix is None:
+            raise SinkStateMissingError(
+                f"the checkpoint {self.checkpoint} holds Spark's progress (batches up to {max(committed)} committed) "
+                f"but no kafka2pc state ({self.state_file} is missing): it was deleted, or this driver runs on a "
+                "host where that path is another directory. Starting anew would pick a new transactional-id prefix "
+                "and leave the old one's prepared transactions pinning the LSO, with no timeout. Run the driver "
+                f"where the checkpoint's {SINK_DIRECTORY}/ folder is, or restore it. If this query never wrote "
+                "with kafka2pc (it used another sink until now), pass transactionalIdPrefix to start one.")
         prefix = requested_prefix or f"kafka2pc-{uuid.uuid4().hex[:12]}"
         grammar = TransactionalIdGrammar(prefix)
         in_use = [t.transactional_id for t in control().list(pattern=f"^{grammar.pattern}$")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kafka2pc.errors import ConfigError, DecisionLogCorruptError
+from kafka2pc.errors import ConfigError, DecisionLogCorruptError, SinkStateMissingError
 from kafka2pc.spark.state import SinkState, SinkStore
 from kafka2pc.transaction_control import TransactionListing
 
@@ -57,3 +57,22 @@ def test_the_query_id_comes_from_sparks_metadata_file(tmp_path):
     (tmp_path / "metadata").write_text('{"id":"1f6c"}\n')
     assert SinkStore(str(tmp_path)).query_id() == "1f6c"
     assert SinkStore(str(tmp_path / "none")).query_id() is None
+
+
+def test_a_checkpoint_with_spark_commits_and_no_sink_state_is_an_error_never_a_new_prefix(tmp_path):
+    (tmp_path / "commits").mkdir()
+    for batch in ("0", "1", "7"):
+        (tmp_path / "commits" / batch).write_text("v1\n{}")
+    store = SinkStore(str(tmp_path))
+    with pytest.raises(SinkStateMissingError, match=r"batches up to 7 committed.*kafka2pc/sink.json is missing"):
+        store.open(None, control)
+    assert not store.state_file.exists()
+    # a query that never wrote with kafka2pc (another sink until now) starts one with an explicit prefix
+    assert store.open("orders", control).prefix == "orders"
+
+
+def test_a_fresh_or_non_streaming_location_pins_a_prefix(tmp_path):
+    (tmp_path / "commits").mkdir()  # a query's first batch: nothing committed yet
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1")
+    assert SinkStore(str(tmp_path)).open(None, control).prefix.startswith("kafka2pc-")
