@@ -139,6 +139,7 @@ def test_corrupt_decision_record_stops_recovery_before_any_abort(kafka, topic_fa
     leave_lingering(kafka.bootstrap_servers, topic, [f"{prefix}-0-0"])
     log = FileDecisionLog(tmp_path / "log", prefix)
     bad = tmp_path / "log" / f"{5:020d}.decision.json"
+    bad.parent.mkdir()
     bad.write_text("{ not json")
     client, control = control_for(kafka.bootstrap_servers)
     with client:

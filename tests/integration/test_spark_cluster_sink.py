@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from kafka2pc.sink import FileDecisionLog
 from kafka2pc.spark.state import SinkStore
 from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.spark_cluster import StandaloneSparkCluster, alive
@@ -58,7 +57,7 @@ def test_executor_killed_mid_batch_with_speculative_stragglers(
             driver.kill_group()
 
     prefix = sink_prefix(checkpoint)
-    decisions = FileDecisionLog(SinkStore(str(checkpoint)).directory / "decisions", prefix)
+    decisions = SinkStore(str(checkpoint)).decision_log(prefix)
     committed_attempts = [tuple(a) for c in range(decisions.last_checkpoint() + 1)
                           if (d := decisions.decision(c)) is not None for a in d.metadata["attempts"]]
     # partition 0's first attempt always straggles: what committed it was a speculative copy or a retry

@@ -18,10 +18,10 @@ from kafka2pc.transaction_control import TransactionControl
 
 def _decision_log(args: argparse.Namespace) -> tuple[str, FileDecisionLog]:
     if args.checkpoint_location:
-        from kafka2pc.spark.options import local_path  # noqa: PLC0415 - only this path knows Spark's layout
+        from kafka2pc.spark.options import checkpoint_location  # noqa: PLC0415 - only this path knows Spark's layout
         from kafka2pc.spark.state import SinkStore  # noqa: PLC0415
 
-        store = SinkStore(local_path("--checkpoint-location", args.checkpoint_location))
+        store = SinkStore(checkpoint_location("--checkpoint-location", args.checkpoint_location))
         state = store.load()
         if state is None:
             raise ConfigError("--checkpoint-location", f"{store.directory} holds no kafka2pc sink state")

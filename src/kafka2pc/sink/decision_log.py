@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -16,6 +14,7 @@ import attrs
 from kafka2pc.errors import DecisionConflictError, DecisionLogCorruptError
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
+from kafka2pc.sink.storage import Folder, open_folder
 
 FORMAT = "kafka2pc.decision/1"
 _DECISION_FILE = re.compile(r"(\d{20})\.decision\.json")
@@ -68,77 +67,31 @@ class DecisionLog(Protocol):
         """The decision of ``checkpoint`` if it is still kept."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _durable_temporary(folder: Path, data: bytes) -> Path:
-    """A new temporary file in ``folder`` holding ``data``, fsynced (removed again if writing it fails)."""
-    fd, name = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    temporary = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return temporary
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one: write a temporary file
-    in the same folder, fsync it, rename it over ``path``, fsync the folder."""
-    temporary = _durable_temporary(path.parent, data)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def exclusive_write(path: Path, data: bytes) -> bool:
-    """Create ``path`` with ``data`` unless it exists, atomically (a hard link of a complete, fsynced temporary
-    file): of two writers racing, exactly one creates it. Returns whether this call created it."""
-    temporary = _durable_temporary(path.parent, data)
-    try:
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-    return True
-
-
 class FileDecisionLog:
-    """A decision log in a local folder: ``<checkpoint>.decision.json`` per decision and ``<checkpoint>.done`` when
-    it is completed. Bound to one transactional-id prefix; a record of another prefix is a foreign record.
+    """A decision log in a folder (local, or remote: :mod:`kafka2pc.sink.storage`): ``<checkpoint>.decision.json``
+    per decision, created exclusively (the commit point), and ``<checkpoint>.done`` when it is completed. Bound to
+    one transactional-id prefix; a record of another prefix is a foreign record.
 
     ``retain_done`` (>= 1) done decisions are kept (for audits, and to know the last checkpoint); older ones are
     deleted. None keeps all.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], prefix: str, *, retain_done: int | None = 100):
+    def __init__(self, directory: str | os.PathLike[str] | Folder, prefix: str, *, retain_done: int | None = 100):
         if retain_done is not None and retain_done < 1:
             raise ValueError("retain_done must be >= 1 (or None)")
-        self.directory = Path(directory)
+        self.folder: Folder = open_folder(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) \
+            else directory
+        self.directory = self.folder.location
         self.grammar = TransactionalIdGrammar(prefix)
         self.retain_done = retain_done
-        self.directory.mkdir(parents=True, exist_ok=True)
 
-    def _decision_path(self, checkpoint: int) -> Path:
-        return self.directory / f"{checkpoint:020d}.decision.json"
+    @staticmethod
+    def _decision_name(checkpoint: int) -> str:
+        return f"{checkpoint:020d}.decision.json"
 
-    def _done_path(self, checkpoint: int) -> Path:
-        return self.directory / f"{checkpoint:020d}.done"
+    @staticmethod
+    def _done_name(checkpoint: int) -> str:
+        return f"{checkpoint:020d}.done"
 
     def record(self, decision: Decision) -> None:
         """See :meth:`DecisionLog.record`. Why both refusals: overwriting a recorded checkpoint would change what was
@@ -151,38 +104,38 @@ class FileDecisionLog:
         body = {"format": FORMAT, "prefix": self.grammar.prefix, "checkpoint": decision.checkpoint,
                 "transactions": [t.to_json() for t in decision.transactions], "metadata": dict(decision.metadata)}
         encoded = json.dumps(body, sort_keys=True).encode()
-        path = self._decision_path(decision.checkpoint)
-        if not path.exists():
+        name = self._decision_name(decision.checkpoint)
+        if not self.folder.exists(name):
             last = self.last_checkpoint()
             if last is not None and decision.checkpoint < last:
                 raise DecisionConflictError(f"checkpoint {decision.checkpoint} is below the last recorded checkpoint "
                                             f"{last} in {self.directory}: checkpoints never go back")
-            if exclusive_write(path, encoded):
+            if self.folder.create(name, encoded):
                 return
         self.decision(decision.checkpoint)  # a corrupt record raises here
-        if path.read_bytes() != encoded:
+        if self.folder.read(name) != encoded:
             raise DecisionConflictError(f"checkpoint {decision.checkpoint} is already recorded in {self.directory} "
                                         "with another decision; a recorded decision is never replaced")
 
     def mark_done(self, checkpoint: int) -> None:
-        if not self._decision_path(checkpoint).exists():
+        if not self.folder.exists(self._decision_name(checkpoint)):
             raise DecisionLogCorruptError(f"cannot mark checkpoint {checkpoint} done: no decision in {self.directory}")
-        atomic_write(self._done_path(checkpoint), b"")
+        self.folder.replace(self._done_name(checkpoint), b"")
         self._prune()
 
     def _checkpoints(self) -> tuple[list[int], set[int]]:
         decided, done = [], set()
-        for entry in self.directory.iterdir():
-            if match := _DECISION_FILE.fullmatch(entry.name):
+        for name in self.folder.names():
+            if match := _DECISION_FILE.fullmatch(name):
                 decided.append(int(match.group(1)))
-            elif match := _DONE_FILE.fullmatch(entry.name):
+            elif match := _DONE_FILE.fullmatch(name):
                 done.add(int(match.group(1)))
         return sorted(decided), done
 
     def _read(self, checkpoint: int) -> Decision:
-        path = self._decision_path(checkpoint)
+        path = f"{self.directory}/{self._decision_name(checkpoint)}"
         try:
-            body = json.loads(path.read_bytes())
+            body = json.loads(self.folder.read(self._decision_name(checkpoint)))
             if not isinstance(body, dict) or body.get("format") != FORMAT:
                 raise DecisionLogCorruptError(f"{path}: not a kafka2pc decision record (format "
                                               f"{body.get('format') if isinstance(body, dict) else None!r})")
@@ -214,18 +167,18 @@ class FileDecisionLog:
         return decided[-1] if decided else None
 
     def decision(self, checkpoint: int) -> Decision | None:
-        return self._read(checkpoint) if self._decision_path(checkpoint).exists() else None
+        return self._read(checkpoint) if self.folder.exists(self._decision_name(checkpoint)) else None
 
     def is_done(self, checkpoint: int) -> bool:
-        return self._decision_path(checkpoint).exists() and self._done_path(checkpoint).exists()
+        return self.folder.exists(self._decision_name(checkpoint)) and self.folder.exists(self._done_name(checkpoint))
 
     def resolve(self, checkpoint: int, reason: str) -> None:
         if not reason.strip():
             raise ValueError("a resolution needs a reason")
-        if not self._decision_path(checkpoint).exists():
+        if not self.folder.exists(self._decision_name(checkpoint)):
             raise DecisionLogCorruptError(f"cannot resolve checkpoint {checkpoint}: no decision in {self.directory}")
-        atomic_write(self.directory / f"{checkpoint:020d}.resolved.json",
-                     json.dumps({"checkpoint": checkpoint, "reason": reason}).encode())
+        self.folder.replace(f"{checkpoint:020d}.resolved.json",
+                            json.dumps({"checkpoint": checkpoint, "reason": reason}).encode())
         self.mark_done(checkpoint)
 
     def _prune(self) -> None:
@@ -234,5 +187,5 @@ class FileDecisionLog:
         decided, done = self._checkpoints()
         finished = [c for c in decided if c in done]
         for checkpoint in finished[:-self.retain_done]:
-            self._decision_path(checkpoint).unlink(missing_ok=True)
-            self._done_path(checkpoint).unlink(missing_ok=True)
+            self.folder.delete(self._decision_name(checkpoint))
+            self.folder.delete(self._done_name(checkpoint))

@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlparse
+from xml.etree import ElementTree
 
 import attrs
 
 from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.storage import open_folder
 from kafka2pc.sink.write_keys import WriteKey
 
 KAFKA_PREFIX = "kafka."
@@ -34,16 +36,38 @@ def _bool(key: str, value: str) -> bool:
     raise ConfigError(key, f"expected true or false, got {value!r}")
 
 
-def local_path(key: str, location: str) -> str:
-    """A checkpoint location as a local path: ``/a/b`` or ``file:/a/b``; other schemes are refused (the decision log
-    is written with Python's file APIs, durably, by the driver)."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        path = parsed.path if parsed.scheme else location
-        if not path:
-            raise ConfigError(key, f"{location!r} is not a path")
-        return os.path.abspath(path)
-    raise ConfigError(key, f"{location!r}: only local paths (or file: URIs) are supported, not {parsed.scheme}:")
+def default_filesystem(environment: Mapping[str, str]) -> str | None:
+    """Where Spark resolves a scheme-less path, as far as the driver's environment tells: ``dbfs:`` on Databricks,
+    else ``fs.defaultFS`` of the Hadoop configuration in ``HADOOP_CONF_DIR``/``YARN_CONF_DIR`` (None: not set)."""
+    if environment.get("DATABRICKS_RUNTIME_VERSION"):
+        return "dbfs:/"
+    for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        folder = environment.get(variable)
+        if not folder:
+            continue
+        try:
+            root = ElementTree.parse(os.path.join(folder, "core-site.xml")).getroot()
+        except (OSError, ElementTree.ParseError):
+            continue
+        for prop in root.iter("property"):
+            if (prop.findtext("name") or "").strip() == "fs.defaultFS":
+                return (prop.findtext("value") or "").strip() or None
+    return None
+
+
+def checkpoint_location(key: str, location: str, environment: Mapping[str, str] | None = None) -> str:
+    """A checkpoint location kafka2pc can keep its decisions in: a local path (made absolute), a ``file:`` URI, or
+    an ``s3://``/``s3a://`` URL (see :func:`kafka2pc.sink.storage.open_folder`); other schemes are refused, and so is
+    a scheme-less path that Spark would resolve against a non-local default filesystem (kafka2pc would write
+    elsewhere than Spark's checkpoint)."""
+    if not urlparse(location).scheme:
+        default = default_filesystem(os.environ if environment is None else environment)
+        if default is not None and urlparse(default).scheme not in ("", "file"):
+            raise ConfigError(key, f"{location!r} has no scheme, and Spark resolves it against {default} (the "
+                                   "default filesystem here), not the local disk kafka2pc would write to: give the "
+                                   "full URI (s3a://bucket/path, or file:///path for a local folder; on Databricks "
+                                   "a /dbfs/... path is local to the driver)")
+    return open_folder(location, key=key).location
 
 
 def _write_key(opts: Mapping[str, str], *, streaming: bool) -> WriteKey | None:
@@ -123,7 +147,7 @@ class SinkOptions:
         except ValueError:
             raise ConfigError("transactionNamingStrategy", f"expected pooling or incrementing, got "
                                                            f"{naming_text!r}") from None
-        return cls(producer_config=producer, checkpoint_location=local_path("checkpointLocation", location),
+        return cls(producer_config=producer, checkpoint_location=checkpoint_location("checkpointLocation", location),
                    topic=opts.get("topic") or None, prefix=prefix, naming=naming,
                    two_phase_commit=_bool("twoPhaseCommit", opts.get("twophasecommit", "true")),
                    write_key=_write_key(opts, streaming=streaming))

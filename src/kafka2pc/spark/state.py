@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import attrs
 
 from kafka2pc.errors import ConfigError, DecisionLogCorruptError, SinkStateMissingError
-from kafka2pc.sink.decision_log import FileDecisionLog, atomic_write
+from kafka2pc.sink.decision_log import FileDecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
+from kafka2pc.sink.storage import open_folder
 from kafka2pc.transaction_control import TransactionControl
 
 FORMAT = "kafka2pc.spark/1"
@@ -36,23 +36,24 @@ class SinkState:
 
 
 class SinkStore:
-    """The sink's files under a checkpoint location (a local path)."""
+    """The sink's files under a checkpoint location (a local path or a remote URL: :mod:`kafka2pc.sink.storage`)."""
 
     def __init__(self, checkpoint_location: str):
-        self.checkpoint = Path(checkpoint_location)
-        self.directory = self.checkpoint / SINK_DIRECTORY
+        self.checkpoint = open_folder(checkpoint_location)
+        self.folder = self.checkpoint.child(SINK_DIRECTORY)
+        self.directory = self.folder.location
 
     @property
-    def state_file(self) -> Path:
-        """sink.json."""
-        return self.directory / "sink.json"
+    def state_file(self) -> str:
+        """sink.json, as a location for messages."""
+        return f"{self.directory}/sink.json"
 
     def load(self) -> SinkState | None:
         """The pinned state, or None on the first run."""
-        if not self.state_file.exists():
+        if not self.folder.exists("sink.json"):
             return None
         try:
-            body = json.loads(self.state_file.read_text())
+            body = json.loads(self.folder.read("sink.json"))
             if body.get("format") != FORMAT:
                 raise ValueError(f"format {body.get('format')!r}")
             return SinkState(body["prefix"], body.get("query_id"), bool(body.get("fallback_announced", False)))
@@ -61,27 +62,23 @@ class SinkStore:
 
     def save(self, state: SinkState) -> None:
         """Write sink.json atomically."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         body = {"format": FORMAT, **attrs.asdict(state)}
-        atomic_write(self.state_file, json.dumps(body, sort_keys=True).encode())
+        self.folder.replace("sink.json", json.dumps(body, sort_keys=True).encode())
 
     def decision_log(self, prefix: str) -> FileDecisionLog:
         """The query's decision log."""
-        return FileDecisionLog(self.directory / "decisions", prefix, retain_done=RETAIN_DONE)
+        return FileDecisionLog(self.folder.child("decisions"), prefix, retain_done=RETAIN_DONE)
 
     def query_id(self) -> str | None:
         """Spark's persistent query id, from the checkpoint's ``metadata`` file (streaming queries)."""
         try:
-            return str(json.loads((self.checkpoint / "metadata").read_text().splitlines()[0])["id"])
+            return str(json.loads(self.checkpoint.read("metadata").decode().splitlines()[0])["id"])
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None
 
     def spark_commits(self) -> list[int]:
         """The batch ids Spark's commit log holds (a streaming query's checkpoint; empty for anything else)."""
-        folder = self.checkpoint / "commits"
-        if not folder.is_dir():
-            return []
-        return [int(entry.name) for entry in folder.iterdir() if entry.name.isdigit()]
+        return [int(name) for name in self.checkpoint.child("commits").names() if name.isdigit()]
 
     def open(self, requested_prefix: str | None, control: Callable[[], TransactionControl]) -> SinkState:
         """The state of this checkpoint: pinned on the first run (``control()`` checks the prefix is free on the
@@ -89,17 +86,19 @@ class SinkStore:
         state = self.load()
         if state is not None:
             if requested_prefix is not None and requested_prefix != state.prefix:
-                raise ConfigError("transactionalIdPrefix", f"{requested_prefix!r} differs from {state.prefix!r}, "
-                                                           f"which the checkpoint {self.checkpoint} holds: a query "
-                                                           "keeps its prefix (see docs/spark.md, changing the prefix)")
+                raise ConfigError("transactionalIdPrefix", f"{requested_prefix!r} differs from {state.prefix!r}, which "
+                                                           f"the checkpoint {self.checkpoint.location} holds: a "
+                                                           "query keeps its prefix (see docs/spark.md, changing the "
+                                                           "prefix)")
             return state
         committed = self.spark_commits()
         if committed and requested_prefix is None:
             raise SinkStateMissingError(
-                f"the checkpoint {self.checkpoint} holds Spark's progress (batches up to {max(committed)} committed) "
-                f"but no kafka2pc state ({self.state_file} is missing): it was deleted, or this driver runs on a "
-                "host where that path is another directory. Starting anew would pick a new transactional-id prefix "
-                "and leave the old one's prepared transactions pinning the LSO, with no timeout. Run the driver "
+                f"the checkpoint {self.checkpoint.location} holds Spark's progress (batches up to "
+                f"{max(committed)} committed) but no kafka2pc state ({self.state_file} is missing): it was "
+                "deleted, or this driver runs on a host where that path is another directory. Starting anew would "
+                "pick a new transactional-id prefix and leave the old one's prepared transactions pinning the LSO, "
+                "with no timeout. Run the driver "
                 f"where the checkpoint's {SINK_DIRECTORY}/ folder is, or restore it. If this query never wrote "
                 "with kafka2pc (it used another sink until now), pass transactionalIdPrefix to start one.")
         prefix = requested_prefix or f"kafka2pc-{uuid.uuid4().hex[:12]}"

@@ -11,6 +11,7 @@ Fixtures:
     ``topic_factory`` (function): ``topic_factory(kafka, partitions=1)`` creates a fresh topic.
     ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
     binaries, or ``KAFKA2PC_POSTGRES_DSN``).
+    ``s3_server`` (session): moto's S3-API server with a bucket; its endpoint and keys set in the environment.
 
 A failed test keeps the logs of every cluster it used and names their location in its report.
 """
@@ -61,6 +62,22 @@ def postgres_dsn() -> Iterator[str]:
         pytest.fail(f"could not provide PostgreSQL: {exc}", pytrace=False)
     yield dsn
     context.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """An S3-API server (moto's) with a bucket, its endpoint and keys set in this process's environment (so Spark
+    drivers and their Python workers started by tests inherit them), for the session."""
+    from kafka2pc.testing.s3 import S3Server, apply_environment, restore_environment  # noqa: PLC0415
+
+    try:
+        server = S3Server().start()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not start an S3 server: {exc}", pytrace=False)
+    previous = apply_environment(server)
+    yield server
+    restore_environment(previous)
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ pytest.importorskip("pyspark")
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionNamingStrategy
 from kafka2pc.sink.write_keys import WriteKey
-from kafka2pc.spark.options import SinkOptions, local_path
+from kafka2pc.spark.options import SinkOptions, checkpoint_location
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "checkpointlocation": "/tmp/ck"}
 
@@ -35,7 +35,8 @@ def test_spark_style_options_are_accepted():
     ({**BASE, "transactionalidprefix": "-bad"}, "transactional.id.prefix", "must be 1-200 characters"),
     ({**BASE, "asyncprogresstrackingenabled": "true"}, "asyncProgressTrackingEnabled", "exactly-once"),
     ({k: v for k, v in BASE.items() if k != "checkpointlocation"}, "checkpointLocation", "is required"),
-    ({**BASE, "checkpointlocation": "hdfs://nn/ck"}, "checkpointLocation", "only local paths"),
+    ({**BASE, "checkpointlocation": "hdfs://nn/ck"}, "checkpointLocation", "hdfs: is not supported"),
+    ({**BASE, "checkpointlocation": "s3a:///ck"}, "checkpointLocation", "names no bucket"),
 ])
 def test_bad_options_are_refused_naming_the_option(options, key, problem):
     with pytest.raises(ConfigError, match=problem) as info:
@@ -44,8 +45,8 @@ def test_bad_options_are_refused_naming_the_option(options, key, problem):
 
 
 def test_checkpoint_locations_may_be_file_uris():
-    assert local_path("k", "file:/tmp/a/b") == "/tmp/a/b"
-    assert local_path("k", "file:///tmp/a/b") == "/tmp/a/b"
+    assert checkpoint_location("k", "file:/tmp/a/b") == "/tmp/a/b"
+    assert checkpoint_location("k", "file:///tmp/a/b") == "/tmp/a/b"
 
 
 @pytest.mark.parametrize(("extra", "streaming", "key", "problem"), [
@@ -68,3 +69,18 @@ def test_write_key_options_make_a_key(tmp_path):
     assert SinkOptions.from_options(options, streaming=False).write_key == WriteKey("job", 12)
     del options["TXNAPPID"], options["txnversion"]
     assert SinkOptions.from_options(options, streaming=False).write_key is None
+
+
+def test_a_scheme_less_path_is_refused_where_spark_resolves_it_elsewhere(tmp_path):
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://nn:8020</value></property></configuration>")
+    with pytest.raises(ConfigError, match=r"resolves it against hdfs://nn:8020"):
+        checkpoint_location("checkpointLocation", "/ck", {"HADOOP_CONF_DIR": str(tmp_path)})
+    with pytest.raises(ConfigError, match="dbfs:/"):
+        checkpoint_location("checkpointLocation", "ck", {"DATABRICKS_RUNTIME_VERSION": "16.4"})
+    # a full URI says where, whatever the default; a local default, or none known, keeps local paths
+    assert checkpoint_location("k", "file:///ck", {"HADOOP_CONF_DIR": str(tmp_path)}) == "/ck"
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>file:///</value></property></configuration>")
+    assert checkpoint_location("k", "/ck", {"HADOOP_CONF_DIR": str(tmp_path)}) == "/ck"
+    assert checkpoint_location("k", "/ck", {}) == "/ck"

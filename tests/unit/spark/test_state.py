@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,7 +30,7 @@ def test_the_first_run_pins_a_generated_prefix_and_later_runs_keep_it(tmp_path):
     assert state.prefix.startswith("kafka2pc-") and seen.asked  # checked free on the cluster
     again = control()
     assert store.open(None, lambda: again) == state and again.asked == []  # not asked again
-    assert json.loads(store.state_file.read_text())["prefix"] == state.prefix
+    assert json.loads(Path(store.state_file).read_text())["prefix"] == state.prefix
 
 
 def test_a_given_prefix_must_match_what_the_checkpoint_holds(tmp_path):
@@ -42,13 +43,13 @@ def test_a_given_prefix_must_match_what_the_checkpoint_holds(tmp_path):
 def test_a_prefix_with_ids_on_the_cluster_is_refused_on_the_first_run(tmp_path):
     with pytest.raises(ConfigError, match="already has 1 transactional ids"):
         SinkStore(str(tmp_path)).open("orders", lambda: control("orders-0-3", "orders0-0-0"))
-    assert not SinkStore(str(tmp_path)).state_file.exists()
+    assert not Path(SinkStore(str(tmp_path)).state_file).exists()
 
 
 def test_an_unreadable_state_file_is_an_error_not_a_fresh_start(tmp_path):
     store = SinkStore(str(tmp_path))
     store.save(SinkState("orders"))
-    store.state_file.write_text("{")
+    Path(store.state_file).write_text("{")
     with pytest.raises(DecisionLogCorruptError, match="unreadable sink state"):
         store.load()
 
@@ -66,7 +67,7 @@ def test_a_checkpoint_with_spark_commits_and_no_sink_state_is_an_error_never_a_n
     store = SinkStore(str(tmp_path))
     with pytest.raises(SinkStateMissingError, match=r"batches up to 7 committed.*kafka2pc/sink.json is missing"):
         store.open(None, control)
-    assert not store.state_file.exists()
+    assert not Path(store.state_file).exists()
     # a query that never wrote with kafka2pc (another sink until now) starts one with an explicit prefix
     assert store.open("orders", control).prefix == "orders"
 

@@ -1,0 +1,204 @@
+"""Where decision logs live: a folder on the local disk, or under a remote filesystem URL (``s3://``/``s3a://``).
+
+A folder holds small whole files. Its two writes are the ones a commit point needs: :meth:`Folder.create`, an
+atomic *exclusive* create (of two writers racing for one name, exactly one wins), and :meth:`Folder.replace`, an
+atomic whole-file replace. Locally they are a hard link and a rename of fsynced temporary files; on S3 a PutObject
+with ``If-None-Match: *`` and a plain PutObject (S3 objects are replaced whole), through s3fs. Credentials and
+endpoints come from each store's standard chain (environment, profile, instance role), never from kafka2pc options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from kafka2pc.errors import ConfigError
+
+#: URL schemes of the remote stores kafka2pc writes to, and the fsspec protocol serving each
+REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3"}
+
+
+class Folder(Protocol):
+    """A folder of small files, named relative to it."""
+
+    @property
+    def location(self) -> str:
+        """The folder, as a user would write it (for messages)."""
+
+    def child(self, name: str) -> Folder:
+        """A subfolder (created on the first write into it)."""
+
+    def exists(self, name: str) -> bool:
+        """Whether file ``name`` exists."""
+
+    def read(self, name: str) -> bytes:
+        """The bytes of file ``name``; FileNotFoundError when it does not exist."""
+
+    def create(self, name: str, data: bytes) -> bool:
+        """Create file ``name`` with ``data`` unless it exists, atomically and durably; whether this call did."""
+
+    def replace(self, name: str, data: bytes) -> None:
+        """Write file ``name`` whole: a crash leaves the old content or the new one."""
+
+    def names(self) -> list[str]:
+        """The names of the files in the folder ([] when it does not exist)."""
+
+    def delete(self, name: str) -> None:
+        """Remove file ``name`` if it exists."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _durable_temporary(folder: Path, data: bytes) -> Path:
+    """A new temporary file in ``folder`` holding ``data``, fsynced (removed again if writing it fails)."""
+    fd, name = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one: write a temporary file
+    in the same folder, fsync it, rename it over ``path``, fsync the folder."""
+    temporary = _durable_temporary(path.parent, data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def exclusive_write(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists, atomically (a hard link of a complete, fsynced temporary
+    file): of two writers racing, exactly one creates it. Returns whether this call created it."""
+    temporary = _durable_temporary(path.parent, data)
+    try:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+    finally:
+        temporary.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
+
+
+class LocalFolder:
+    """A folder on a local (or mounted) filesystem."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def child(self, name: str) -> LocalFolder:
+        return LocalFolder(self.path / name)
+
+    def exists(self, name: str) -> bool:
+        return (self.path / name).exists()
+
+    def read(self, name: str) -> bytes:
+        return (self.path / name).read_bytes()
+
+    def create(self, name: str, data: bytes) -> bool:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return exclusive_write(self.path / name, data)
+
+    def replace(self, name: str, data: bytes) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path / name, data)
+
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.path.iterdir()] if self.path.is_dir() else []
+
+    def delete(self, name: str) -> None:
+        (self.path / name).unlink(missing_ok=True)
+
+
+class RemoteFolder:
+    """A folder under a remote filesystem URL, through fsspec (s3fs for S3)."""
+
+    def __init__(self, filesystem: Any, path: str, url: str):
+        self.fs = filesystem
+        self.path = path.rstrip("/")
+        self.url = url.rstrip("/")
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    def child(self, name: str) -> RemoteFolder:
+        return RemoteFolder(self.fs, f"{self.path}/{name}", f"{self.url}/{name}")
+
+    def exists(self, name: str) -> bool:
+        return bool(self.fs.exists(f"{self.path}/{name}"))
+
+    def read(self, name: str) -> bytes:
+        return bytes(self.fs.cat_file(f"{self.path}/{name}"))
+
+    def create(self, name: str, data: bytes) -> bool:
+        try:
+            self.fs.pipe_file(f"{self.path}/{name}", data, mode="create")  # S3: If-None-Match: *
+        except FileExistsError:
+            return False
+        return True
+
+    def replace(self, name: str, data: bytes) -> None:
+        self.fs.pipe_file(f"{self.path}/{name}", data)
+
+    def names(self) -> list[str]:
+        try:
+            return [str(entry).rsplit("/", 1)[-1] for entry in self.fs.ls(self.path, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(f"{self.path}/{name}")
+
+
+def open_folder(location: str, *, key: str = "checkpointLocation") -> Folder:
+    """The folder at ``location``: a local path or ``file:`` URI, or an ``s3://``/``s3a://`` URL. Other schemes are
+    refused with a ConfigError naming ``key``."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme else location
+        if not path:
+            raise ConfigError(key, f"{location!r} is not a path")
+        return LocalFolder(os.path.abspath(path))
+    protocol = REMOTE_SCHEMES.get(parsed.scheme)
+    if protocol is None:
+        supported = ", ".join(scheme + ":" for scheme in REMOTE_SCHEMES)
+        raise ConfigError(key, f"{location!r}: {parsed.scheme}: is not supported; kafka2pc keeps its decisions on a "
+                               f"local path, file:, or {supported} (see docs/spark.md)")
+    if not parsed.netloc:
+        raise ConfigError(key, f"{location!r} names no bucket")
+    try:
+        import fsspec  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - the s3 extra is optional
+
+        # no listing cache: another process (a restarted driver, a racing writer) may have written since
+        filesystem = fsspec.filesystem(protocol, use_listings_cache=False)
+    except ImportError as exc:
+        raise ConfigError(key, f"{location!r} needs kafka2pc's s3 extra (pip install 'kafka2pc[s3]'): {exc}") \
+            from None
+    return RemoteFolder(filesystem, f"{parsed.netloc}{parsed.path}", location)

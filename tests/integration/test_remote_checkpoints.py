@@ -1,0 +1,118 @@
+"""Decision logs and sink state on S3 (an S3-API server started by the tests: moto's), through s3fs: the commit point
+is an exclusive create (``If-None-Match: *``), so of two writers racing for one decision exactly one wins; a Spark
+batch write with an ``s3a://`` checkpoint location, and ``kafka2pc recover --checkpoint-location s3a://...``."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from kafka2pc.cli import main as cli_main
+from kafka2pc.errors import DecisionConflictError, SinkStateMissingError
+from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.storage import open_folder
+
+pytestmark = pytest.mark.integration
+ROUNDS = 6
+
+
+def location(s3_server, name: str) -> str:
+    return f"s3a://{s3_server.bucket}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def txn(prefix: str, partition: int, epoch: int) -> PreparedTransaction:
+    from kafka2pc.prepared_state import PreparedTxnState  # noqa: PLC0415
+
+    return PreparedTransaction(f"{prefix}-{partition}-0", PreparedTxnState(1000 + partition, epoch), partition, 1)
+
+
+def test_a_decision_log_on_s3_records_completes_and_prunes(s3_server):
+    log = FileDecisionLog(location(s3_server, "log"), "job", retain_done=2)
+    assert log.last_checkpoint() is None and log.undone() == []
+    for checkpoint in (1, 2, 3):
+        log.record(Decision(checkpoint, (txn("job", 0, checkpoint),), {"n": checkpoint}))
+    log.record(Decision(3, (txn("job", 0, 3),), {"n": 3}))  # the same decision again: a no-op
+    assert [d.checkpoint for d in log.undone()] == [1, 2, 3]
+    for checkpoint in (1, 2, 3):
+        log.mark_done(checkpoint)
+    assert log.undone() == [] and log.last_checkpoint() == 3
+    assert log.decision(1) is None and log.decision(3).metadata == {"n": 3}  # pruned to the last two
+    with pytest.raises(DecisionConflictError):
+        log.record(Decision(3, (txn("job", 1, 3),)))
+    with pytest.raises(DecisionConflictError):
+        log.record(Decision(2, ()))
+
+
+def decide(log: FileDecisionLog, writer: int, start: threading.Barrier, outcomes: dict[int, str]) -> None:
+    start.wait()
+    try:
+        log.record(Decision(1, (txn("job", writer, writer),)))
+        outcomes[writer] = "won"
+    except DecisionConflictError:
+        outcomes[writer] = "lost"
+
+
+def test_two_writers_racing_for_one_decision_on_s3_exactly_one_wins(s3_server):
+    for round_number in range(ROUNDS):
+        folder = location(s3_server, f"race-{round_number}")
+        logs = [FileDecisionLog(folder, "job"), FileDecisionLog(folder, "job")]
+        start, outcomes = threading.Barrier(2), {}
+        threads = [threading.Thread(target=decide, args=(logs[w], w, start, outcomes)) for w in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sorted(outcomes.values()) == ["lost", "won"], outcomes
+        winner = next(w for w, outcome in outcomes.items() if outcome == "won")
+        assert FileDecisionLog(folder, "job").decision(1).transactions == (txn("job", winner, winner),)
+
+
+def test_an_exclusive_create_on_s3_never_replaces(s3_server):
+    folder = open_folder(location(s3_server, "folder"))
+    assert folder.names() == [] and not folder.exists("a")
+    assert folder.create("a", b"first") is True
+    assert folder.create("a", b"second") is False
+    assert folder.read("a") == b"first"
+    folder.replace("a", b"third")
+    assert folder.read("a") == b"third" and folder.names() == ["a"]
+    folder.delete("a")
+    folder.delete("a")
+    assert folder.names() == []
+
+
+def test_a_spark_checkpoint_on_s3_with_commits_and_no_sink_state_is_an_error(s3_server):
+    from kafka2pc.spark.state import SinkStore  # noqa: PLC0415
+
+    checkpoint = location(s3_server, "ck")
+    open_folder(checkpoint).child("commits").replace("4", b"v1\n{}")
+    with pytest.raises(SinkStateMissingError, match=r"batches up to 4 committed"):
+        SinkStore(checkpoint).open(None, lambda: None)
+
+
+def test_a_spark_batch_write_keeps_its_decisions_on_s3_and_recover_reads_them(s3_server, kafka, topic_factory,
+                                                                                tmp_path):
+    pytest.importorskip("pyspark")
+    from kafka2pc.spark.state import SinkStore  # noqa: PLC0415
+    from kafka2pc.testing.spark import local_session, stop_session  # noqa: PLC0415
+
+    from .spark_support import audit, open_transactions  # noqa: PLC0415
+
+    topic = topic_factory(kafka, partitions=2)
+    checkpoint = location(s3_server, "batch")
+    spark = local_session("kafka2pc-s3", cores=2)  # its Python workers inherit the S3 endpoint and keys
+    try:
+        for first, last in ((0, 300), (300, 500)):
+            (spark.range(first, last, numPartitions=3).selectExpr("to_json(named_struct('id', id)) AS value")
+             .write.format("kafka2pc").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+             .option("topic", topic).option("checkpointLocation", checkpoint).save())
+    finally:
+        stop_session(spark)
+    report = audit(kafka.bootstrap_servers, topic, 500)
+    assert (report["records"], report["duplicates"], report["gaps"], report["clean"]) == (500, 0, 0, True)
+    store = SinkStore(checkpoint)
+    state = store.load()
+    assert state is not None and store.decision_log(state.prefix).last_checkpoint() == 2
+    assert cli_main(["recover", "--bootstrap", kafka.bootstrap_servers, "--checkpoint-location", checkpoint]) == 0
+    assert open_transactions(kafka.bootstrap_servers, state.prefix) == []
