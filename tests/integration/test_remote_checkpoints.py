@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from kafka2pc.cli import main as cli_main
 from kafka2pc.errors import DecisionConflictError, SinkStateMissingError
 from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.sink.storage import open_folder
+from kafka2pc.spark.state import SinkStore
 
 pytestmark = pytest.mark.integration
 ROUNDS = 6
@@ -83,7 +85,6 @@ def test_an_exclusive_create_on_s3_never_replaces(s3_server):
 
 
 def test_a_spark_checkpoint_on_s3_with_commits_and_no_sink_state_is_an_error(s3_server):
-    from kafka2pc.spark.state import SinkStore  # noqa: PLC0415
 
     checkpoint = location(s3_server, "ck")
     open_folder(checkpoint).child("commits").replace("4", b"v1\n{}")
@@ -116,3 +117,58 @@ def test_a_spark_batch_write_keeps_its_decisions_on_s3_and_recover_reads_them(s3
     assert state is not None and store.decision_log(state.prefix).last_checkpoint() == 2
     assert cli_main(["recover", "--bootstrap", kafka.bootstrap_servers, "--checkpoint-location", checkpoint]) == 0
     assert open_transactions(kafka.bootstrap_servers, state.prefix) == []
+
+
+def test_a_decision_log_on_hdfs_is_exclusive_and_completes(hdfs):
+    folder = f"{hdfs.url}/logs/{uuid.uuid4().hex[:8]}"
+    for round_number in range(ROUNDS // 2):
+        logs = [FileDecisionLog(f"{folder}-{round_number}", "job") for _ in range(2)]
+        start, outcomes = threading.Barrier(2), {}
+        threads = [threading.Thread(target=decide, args=(logs[w], w, start, outcomes)) for w in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sorted(outcomes.values()) == ["lost", "won"], outcomes
+    log = FileDecisionLog(f"{folder}-0", "job", retain_done=1)
+    log.mark_done(1)
+    log.record(Decision(2, (txn("job", 0, 2),), {"n": 2}))
+    assert [d.checkpoint for d in log.undone()] == [2] and log.last_checkpoint() == 2
+    log.mark_done(2)
+    assert log.decision(1) is None and log.decision(2).metadata == {"n": 2} and log.undone() == []
+    files = open_folder(f"{hdfs.url}/files/{uuid.uuid4().hex[:8]}")
+    assert files.create("sink.json", b"1") and not files.create("sink.json", b"2")
+    files.replace("sink.json", b"3")
+    assert files.read("sink.json") == b"3" and files.names() == ["sink.json"]
+
+
+@pytest.mark.timeout(600)
+def test_the_main_job_with_its_checkpoint_on_hdfs_survives_driver_kills(hdfs, kafka, topic_factory, tmp_path):
+    """Spark's own checkpoint (offsets, commits: written by pyspark's Hadoop client) and kafka2pc's decisions
+    (through WebHDFS) both on HDFS; the driver's process group SIGKILLed inside a transaction and restarted."""
+    pytest.importorskip("pyspark")
+    from kafka2pc.testing.spark import run_driver  # noqa: PLC0415
+
+    from .spark_support import audit, open_transactions, produce_orders, wait_for_open_transaction  # noqa: PLC0415
+
+    bootstrap = kafka.bootstrap_servers
+    source, sink = topic_factory(kafka, partitions=2), topic_factory(kafka, partitions=2)
+    checkpoint = f"{hdfs.url}/checkpoints/{uuid.uuid4().hex[:8]}"
+    produce_orders(bootstrap, source, 0, 1500)
+    job = Path(__file__).resolve().parents[2] / "examples" / "spark_job.py"
+    args = ["--bootstrap", bootstrap, "--source", source, "--sink", sink, "--checkpoint", checkpoint,
+            "--batch-size", "150", "--trigger-seconds", "0.3"]
+    for round_number in range(2):
+        driver = run_driver(job, args, log_dir=tmp_path / f"run-{round_number}")
+        try:
+            driver.wait_for_line(r"^batch \d+:", timeout_s=180)
+            prefix = SinkStore(checkpoint).load().prefix
+            wait_for_open_transaction(bootstrap, prefix, timeout_s=60)
+        finally:
+            driver.kill_group()
+    assert SinkStore(checkpoint).spark_commits(), "Spark's commit log is on HDFS"
+    final = run_driver(job, [*args, "--until-caught-up"], log_dir=tmp_path / "final")
+    assert final.wait(timeout_s=300) == 0, final.output_tail()
+    report = audit(bootstrap, sink, 1500)
+    assert (report["records"], report["duplicates"], report["gaps"], report["clean"]) == (1500, 0, 0, True)
+    assert open_transactions(bootstrap, SinkStore(checkpoint).load().prefix) == []

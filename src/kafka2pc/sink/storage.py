@@ -1,25 +1,34 @@
-"""Where decision logs live: a folder on the local disk, or under a remote filesystem URL (``s3://``/``s3a://``).
+"""Where decision logs live: a folder on the local disk, or under a remote filesystem URL (``s3://``/``s3a://``,
+``hdfs://``).
 
 A folder holds small whole files. Its two writes are the ones a commit point needs: :meth:`Folder.create`, an
 atomic *exclusive* create (of two writers racing for one name, exactly one wins), and :meth:`Folder.replace`, an
 atomic whole-file replace. Locally they are a hard link and a rename of fsynced temporary files; on S3 a PutObject
-with ``If-None-Match: *`` and a plain PutObject (S3 objects are replaced whole), through s3fs. Credentials and
-endpoints come from each store's standard chain (environment, profile, instance role), never from kafka2pc options.
+with ``If-None-Match: *`` and a plain PutObject (S3 objects are replaced whole), through s3fs; on HDFS, through
+WebHDFS, a complete temporary file renamed into place (HDFS renames are atomic and never overwrite). Credentials and
+endpoints come from each store's standard chain (environment, profile, instance role, Hadoop's configuration), never
+from kafka2pc options.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import tempfile
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
+from xml.etree import ElementTree
 
 from kafka2pc.errors import ConfigError
 
 #: URL schemes of the remote stores kafka2pc writes to, and the fsspec protocol serving each
-REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3"}
+REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "hdfs": "webhdfs"}
+#: the NameNode's WebHDFS port when Hadoop's configuration does not say (Hadoop 3's default)
+WEBHDFS_DEFAULT_PORT = 9870
 
 
 class Folder(Protocol):
@@ -177,6 +186,94 @@ class RemoteFolder:
             self.fs.rm_file(f"{self.path}/{name}")
 
 
+class HdfsFolder(RemoteFolder):
+    """A folder on HDFS, through WebHDFS. A file is written whole under a temporary name, then renamed into place:
+    HDFS renames are atomic and fail when the target exists, which makes :meth:`create` exclusive. :meth:`replace`
+    moves the old file aside first (``<name>.old``, read when ``<name>`` is missing, so a crash in between loses
+    nothing)."""
+
+    def child(self, name: str) -> HdfsFolder:
+        return HdfsFolder(self.fs, f"{self.path}/{name}", f"{self.url}/{name}")
+
+    def _temporary(self, data: bytes) -> str:
+        temporary = f"{self.path}/.tmp-{uuid.uuid4().hex}"
+        self.fs.pipe_file(temporary, data)
+        return temporary
+
+    def _rename(self, source: str, target: str) -> bool:
+        answer = self.fs._call("RENAME", "put", source, destination=target)
+        return bool(answer.json().get("boolean"))
+
+    def exists(self, name: str) -> bool:
+        return super().exists(name) or super().exists(f"{name}.old")
+
+    def read(self, name: str) -> bytes:
+        try:
+            return super().read(name)
+        except FileNotFoundError:
+            return super().read(f"{name}.old")
+
+    def create(self, name: str, data: bytes) -> bool:
+        self.fs.makedirs(self.path, exist_ok=True)
+        temporary = self._temporary(data)
+        if self._rename(temporary, f"{self.path}/{name}"):
+            return True
+        self.fs.rm_file(temporary)
+        return False
+
+    def replace(self, name: str, data: bytes) -> None:
+        self.fs.makedirs(self.path, exist_ok=True)
+        temporary, target, aside = self._temporary(data), f"{self.path}/{name}", f"{self.path}/{name}.old"
+        if self.fs.exists(target):
+            self.delete(f"{name}.old")
+            if not self._rename(target, aside):
+                raise OSError(f"could not move {target} aside to replace it")
+        if not self._rename(temporary, target):
+            raise OSError(f"could not rename {temporary} to {target}")
+        self.delete(f"{name}.old")
+
+    def names(self) -> list[str]:
+        return [name for name in super().names() if not name.startswith(".tmp-") and not name.endswith(".old")]
+
+
+def hadoop_setting(name: str, environment: Mapping[str, str]) -> str | None:
+    """A setting of the Hadoop configuration the driver's environment points to (``core-site.xml`` and
+    ``hdfs-site.xml`` in ``HADOOP_CONF_DIR``, else ``YARN_CONF_DIR``), if any."""
+    for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        folder = environment.get(variable)
+        if not folder:
+            continue
+        for file_name in ("hdfs-site.xml", "core-site.xml"):
+            try:
+                root = ElementTree.parse(os.path.join(folder, file_name)).getroot()
+            except (OSError, ElementTree.ParseError):
+                continue
+            for prop in root.iter("property"):
+                if (prop.findtext("name") or "").strip() == name:
+                    return (prop.findtext("value") or "").strip() or None
+    return None
+
+
+def _webhdfs(netloc: str, location: str, key: str) -> Any:
+    """fsspec's WebHDFS client for the NameNode of ``hdfs://netloc``: its HTTP address from Hadoop's configuration
+    (``dfs.namenode.http-address``), else the NameNode's host at port 9870; the user from ``HADOOP_USER_NAME``."""
+    import fsspec  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415 - optional, as for S3
+
+    host = netloc.rsplit(":", 1)[0] if netloc else ""
+    address = hadoop_setting("dfs.namenode.http-address", os.environ)
+    if address:
+        http_host, _, http_port = address.rpartition(":")
+        if http_host in ("0.0.0.0", ""):
+            http_host = host or "localhost"
+    elif host:
+        http_host, http_port = host, str(WEBHDFS_DEFAULT_PORT)
+    else:
+        raise ConfigError(key, f"{location!r} names no NameNode, and HADOOP_CONF_DIR gives no "
+                               "dfs.namenode.http-address: write hdfs://<namenode>:<port>/path")
+    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    return fsspec.filesystem("webhdfs", host=http_host, port=int(http_port), user=user, use_listings_cache=False)
+
+
 def open_folder(location: str, *, key: str = "checkpointLocation") -> Folder:
     """The folder at ``location``: a local path or ``file:`` URI, or an ``s3://``/``s3a://`` URL. Other schemes are
     refused with a ConfigError naming ``key``."""
@@ -191,10 +288,16 @@ def open_folder(location: str, *, key: str = "checkpointLocation") -> Folder:
         supported = ", ".join(scheme + ":" for scheme in REMOTE_SCHEMES)
         raise ConfigError(key, f"{location!r}: {parsed.scheme}: is not supported; kafka2pc keeps its decisions on a "
                                f"local path, file:, or {supported} (see docs/spark.md)")
-    if not parsed.netloc:
+    if not parsed.netloc and protocol != "webhdfs":
         raise ConfigError(key, f"{location!r} names no bucket")
+    if protocol == "webhdfs":
+        try:
+            return HdfsFolder(_webhdfs(parsed.netloc, location, key), parsed.path, location)
+        except ImportError as exc:
+            raise ConfigError(key, f"{location!r} needs kafka2pc's hdfs extra (pip install 'kafka2pc[hdfs]'): "
+                                   f"{exc}") from None
     try:
-        import fsspec  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - the s3 extra is optional
+        import fsspec  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415 - the s3 extra is optional
 
         # no listing cache: another process (a restarted driver, a racing writer) may have written since
         filesystem = fsspec.filesystem(protocol, use_listings_cache=False)

@@ -8,14 +8,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlparse
-from xml.etree import ElementTree
 
 import attrs
 
 from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
-from kafka2pc.sink.storage import open_folder
+from kafka2pc.sink.storage import hadoop_setting, open_folder
 from kafka2pc.sink.write_keys import WriteKey
 
 KAFKA_PREFIX = "kafka."
@@ -41,18 +40,7 @@ def default_filesystem(environment: Mapping[str, str]) -> str | None:
     else ``fs.defaultFS`` of the Hadoop configuration in ``HADOOP_CONF_DIR``/``YARN_CONF_DIR`` (None: not set)."""
     if environment.get("DATABRICKS_RUNTIME_VERSION"):
         return "dbfs:/"
-    for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
-        folder = environment.get(variable)
-        if not folder:
-            continue
-        try:
-            root = ElementTree.parse(os.path.join(folder, "core-site.xml")).getroot()
-        except (OSError, ElementTree.ParseError):
-            continue
-        for prop in root.iter("property"):
-            if (prop.findtext("name") or "").strip() == "fs.defaultFS":
-                return (prop.findtext("value") or "").strip() or None
-    return None
+    return hadoop_setting("fs.defaultFS", environment)
 
 
 def checkpoint_location(key: str, location: str, environment: Mapping[str, str] | None = None) -> str:

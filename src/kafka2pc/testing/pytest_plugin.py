@@ -12,6 +12,7 @@ Fixtures:
     ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
     binaries, or ``KAFKA2PC_POSTGRES_DSN``).
     ``s3_server`` (session): moto's S3-API server with a bucket; its endpoint and keys set in the environment.
+    ``hdfs`` (module): Hadoop's mini HDFS cluster; ``HADOOP_CONF_DIR`` set in the environment meanwhile.
 
 A failed test keeps the logs of every cluster it used and names their location in its report.
 """
@@ -74,10 +75,28 @@ def s3_server() -> Iterator[Any]:
         server = S3Server().start()
     except HarnessSetupError as exc:
         pytest.fail(f"could not start an S3 server: {exc}", pytrace=False)
-    previous = apply_environment(server)
+    previous = apply_environment(server.environment())
     yield server
     restore_environment(previous)
     server.close()
+
+
+@pytest.fixture(scope="module")
+def hdfs() -> Iterator[Any]:
+    """Hadoop's mini HDFS cluster on loopback, ``HADOOP_CONF_DIR`` pointing at its configuration in this process's
+    environment (Spark drivers started by tests inherit it), for the test module: other modules' scheme-less paths
+    stay local."""
+    from kafka2pc.testing.hdfs import MiniHdfs  # noqa: PLC0415
+    from kafka2pc.testing.s3 import apply_environment, restore_environment  # noqa: PLC0415
+
+    try:
+        cluster = MiniHdfs().start()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not start HDFS: {exc}", pytrace=False)
+    previous = apply_environment(cluster.environment())
+    yield cluster
+    restore_environment(previous)
+    cluster.close()
 
 
 @pytest.fixture(scope="session")

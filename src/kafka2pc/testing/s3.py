@@ -14,6 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from kafka2pc.testing.errors import HarnessSetupError
@@ -79,11 +80,11 @@ class S3Server:
         self.close()
 
 
-def apply_environment(server: S3Server) -> dict[str, str | None]:
-    """Set the server's variables in this process's environment (child processes inherit them); returns what they
-    were, for :func:`restore_environment`."""
-    previous = {name: os.environ.get(name) for name in server.environment()}
-    os.environ.update(server.environment())
+def apply_environment(variables: Mapping[str, str]) -> dict[str, str | None]:
+    """Set ``variables`` in this process's environment (child processes inherit them); returns what they were, for
+    :func:`restore_environment`."""
+    previous = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     return previous
 
 

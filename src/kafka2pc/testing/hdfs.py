@@ -1,0 +1,122 @@
+"""A real HDFS for tests: Hadoop's mini cluster (a NameNode and a DataNode in one JVM, ``MiniDFSClusterManager``
+from hadoop-hdfs's test jar), its jars resolved from Maven Central with ``mvn`` once, on free loopback ports.
+
+:meth:`MiniHdfs.conf_dir` holds the ``core-site.xml``/``hdfs-site.xml`` a client needs (``fs.defaultFS``, the
+NameNode's WebHDFS address): ``HADOOP_CONF_DIR`` pointing there is what Spark's JVM and kafka2pc both read."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+from kafka2pc.testing.errors import HarnessSetupError
+from kafka2pc.testing.jars import default_cache_dir, require_tool
+from kafka2pc.testing.local import free_ports
+from kafka2pc.testing.proxy import LOOPBACK
+
+HADOOP_VERSION = "3.4.1"
+_MARKER = ".complete"
+_START_S = 120.0
+
+
+def hdfs_jars(version: str = HADOOP_VERSION) -> Path:
+    """The folder of the mini cluster's jars, resolved with Maven into the jar cache on first use."""
+    target = default_cache_dir() / f"hdfs-{version}"
+    if (target / _MARKER).exists():
+        return target
+    mvn = require_tool("mvn", "to download Hadoop's mini HDFS cluster from Maven Central")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".hdfs-{version}-", dir=target.parent))
+    try:
+        with resources.as_file(resources.files(__package__).joinpath("hdfs-pom.xml")) as pom:
+            proc = subprocess.run([mvn, "-B", "-q", "-f", str(pom), f"-Dhadoop.version={version}",
+                                   f"-DoutputDirectory={staging}", "dependency:copy-dependencies"],
+                                  capture_output=True, text=True, check=False, timeout=900)
+        if proc.returncode != 0:
+            raise HarnessSetupError(f"Maven could not resolve hadoop-minicluster {version}:\n"
+                                    f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
+        (staging / _MARKER).write_text(version)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _site(path: Path, settings: dict[str, str]) -> None:
+    properties = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in settings.items())
+    path.write_text(f"<?xml version=\"1.0\"?><configuration>{properties}</configuration>\n")
+
+
+class MiniHdfs:
+    """A NameNode and a DataNode on 127.0.0.1; :attr:`url` is ``hdfs://127.0.0.1:<port>``."""
+
+    def __init__(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="kafka2pc-hdfs-"))
+        self.conf_dir = self.workdir / "conf"
+        self.rpc_port, self.http_port, *self._datanode_ports = free_ports(5)
+        self.url = f"hdfs://{LOOPBACK}:{self.rpc_port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> MiniHdfs:
+        """Start the cluster and wait until it serves (its details file is written once it is up)."""
+        java = require_tool("java", "to run Hadoop's mini HDFS cluster")
+        jars = hdfs_jars()
+        details = self.workdir / "details.json"
+        dn_data, dn_http, dn_ipc = self._datanode_ports
+        binds = {"dfs.namenode.rpc-bind-host": LOOPBACK, "dfs.namenode.http-bind-host": LOOPBACK,
+                 "dfs.datanode.address": f"{LOOPBACK}:{dn_data}", "dfs.datanode.http.address": f"{LOOPBACK}:{dn_http}",
+                 "dfs.datanode.ipc.address": f"{LOOPBACK}:{dn_ipc}", "dfs.replication": "1",
+                 "dfs.permissions.enabled": "false"}
+        command = [java, "-Xmx512m", "-cp", f"{jars}/*", f"-Dtest.build.data={self.workdir / 'data'}",
+                   "org.apache.hadoop.test.MiniDFSClusterManager", "-format", "-nnport", str(self.rpc_port),
+                   "-httpport", str(self.http_port), "-writeDetails", str(details)]
+        for key, value in binds.items():
+            command += ["-D", f"{key}={value}"]
+        log = (self.workdir / "hdfs.log").open("wb")
+        self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.PIPE)  # it stops when its stdin closes, or by signal
+        deadline = time.monotonic() + _START_S
+        while not (details.exists() and details.stat().st_size):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                tail = (self.workdir / "hdfs.log").read_text(errors="replace")[-3000:]
+                self.close(keep=True)
+                raise HarnessSetupError(f"the mini HDFS cluster did not start (see {self.workdir}):\n{tail}")
+            time.sleep(0.2)
+        assert json.loads(details.read_text())["namenode_port"] == self.rpc_port
+        self.conf_dir.mkdir()
+        _site(self.conf_dir / "core-site.xml", {"fs.defaultFS": self.url})
+        _site(self.conf_dir / "hdfs-site.xml", {"dfs.namenode.http-address": f"{LOOPBACK}:{self.http_port}"})
+        return self
+
+    def close(self, *, keep: bool = False) -> None:
+        """Stop the cluster (its JVM, by pid) and remove its folder unless ``keep``."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def environment(self) -> dict[str, str]:
+        """``HADOOP_CONF_DIR`` for clients (Spark's JVM reads it; kafka2pc finds the WebHDFS address there)."""
+        return {"HADOOP_CONF_DIR": str(self.conf_dir), "HADOOP_USER_NAME": os.environ.get("USER", "root")}
+
+    def __enter__(self) -> MiniHdfs:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
