@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars postgres lint test demo bench bench-spark bench-dual-write bench-recovery chaos clean
+.PHONY: setup jars postgres lint test test-archives demo bench bench-spark bench-dual-write bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -64,6 +64,11 @@ chaos: jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
 	KAFKA2PC_FOREACH_BATCH_KILLS=12 $(PY) -m pytest -p no:logging tests/integration/test_spark_foreach_batch.py $(PYTEST_ARGS)
+
+# kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
+# packs an environment, so it is not part of `make test`.
+test-archives: jars
+	$(PY) -m pytest -p no:logging -s tests/integration/test_spark_archives.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache
