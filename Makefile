@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars postgres lint test test-archives demo bench bench-spark bench-dual-write bench-recovery chaos clean
+.PHONY: setup jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -69,6 +69,11 @@ chaos: jars
 # packs an environment, so it is not part of `make test`.
 test-archives: jars
 	$(PY) -m pytest -p no:logging -s tests/integration/test_spark_archives.py $(PYTEST_ARGS)
+
+# Decision logs on Google Cloud Storage and Azure storage, against fake-gcs-server (go install) and Azurite
+# (npm install): the default suite covers S3 (moto) and HDFS (Hadoop's mini cluster); these need Go and Node.js.
+test-object-stores: $(VENV)/.installed
+	$(PY) -m pytest -p no:logging -m slow tests/integration/test_remote_checkpoints.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kafka-jars .pytest_cache .mypy_cache .ruff_cache

@@ -24,14 +24,33 @@ def location(s3_server, name: str) -> str:
     return f"s3a://{s3_server.bucket}/{name}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(params=["s3a", pytest.param("gs", marks=pytest.mark.slow),
+                        pytest.param("abfss", marks=pytest.mark.slow)])
+def store(request):
+    """The root URL of a fresh folder on each object store: S3 (moto) in the default suite; GCS (fake-gcs-server)
+    and Azure (Azurite) with make test-object-stores, their emulators being installed with go and npm."""
+    folder = uuid.uuid4().hex[:8]
+    if request.param == "s3a":
+        return f"s3a://{request.getfixturevalue('s3_server').bucket}/{folder}"
+    if request.param == "gs":
+        request.getfixturevalue("gcs_server")
+        bucket = f"kafka2pc-{folder}"
+        open_folder(f"gs://{bucket}").fs.mkdir(bucket)
+        return f"gs://{bucket}/{folder}"
+    request.getfixturevalue("azure_storage")
+    container = f"kafka2pc-{folder}"
+    open_folder(f"abfss://{container}@devstoreaccount1.dfs.core.windows.net").fs.mkdir(container)
+    return f"abfss://{container}@devstoreaccount1.dfs.core.windows.net/{folder}"
+
+
 def txn(prefix: str, partition: int, epoch: int) -> PreparedTransaction:
     from kafka2pc.prepared_state import PreparedTxnState  # noqa: PLC0415
 
     return PreparedTransaction(f"{prefix}-{partition}-0", PreparedTxnState(1000 + partition, epoch), partition, 1)
 
 
-def test_a_decision_log_on_s3_records_completes_and_prunes(s3_server):
-    log = FileDecisionLog(location(s3_server, "log"), "job", retain_done=2)
+def test_a_decision_log_on_an_object_store_records_completes_and_prunes(store):
+    log = FileDecisionLog(f"{store}/log", "job", retain_done=2)
     assert log.last_checkpoint() is None and log.undone() == []
     for checkpoint in (1, 2, 3):
         log.record(Decision(checkpoint, (txn("job", 0, checkpoint),), {"n": checkpoint}))
@@ -56,9 +75,9 @@ def decide(log: FileDecisionLog, writer: int, start: threading.Barrier, outcomes
         outcomes[writer] = "lost"
 
 
-def test_two_writers_racing_for_one_decision_on_s3_exactly_one_wins(s3_server):
+def test_two_writers_racing_for_one_decision_on_an_object_store_exactly_one_wins(store):
     for round_number in range(ROUNDS):
-        folder = location(s3_server, f"race-{round_number}")
+        folder = f"{store}/race-{round_number}"
         logs = [FileDecisionLog(folder, "job"), FileDecisionLog(folder, "job")]
         start, outcomes = threading.Barrier(2), {}
         threads = [threading.Thread(target=decide, args=(logs[w], w, start, outcomes)) for w in (0, 1)]
@@ -71,8 +90,8 @@ def test_two_writers_racing_for_one_decision_on_s3_exactly_one_wins(s3_server):
         assert FileDecisionLog(folder, "job").decision(1).transactions == (txn("job", winner, winner),)
 
 
-def test_an_exclusive_create_on_s3_never_replaces(s3_server):
-    folder = open_folder(location(s3_server, "folder"))
+def test_an_exclusive_create_on_an_object_store_never_replaces(store):
+    folder = open_folder(f"{store}/folder")
     assert folder.names() == [] and not folder.exists("a")
     assert folder.create("a", b"first") is True
     assert folder.create("a", b"second") is False

@@ -1,10 +1,11 @@
 """Where decision logs live: a folder on the local disk, or under a remote filesystem URL (``s3://``/``s3a://``,
-``hdfs://``).
+``gs://``, ``abfs://``/``abfss://``, ``hdfs://``).
 
 A folder holds small whole files. Its two writes are the ones a commit point needs: :meth:`Folder.create`, an
 atomic *exclusive* create (of two writers racing for one name, exactly one wins), and :meth:`Folder.replace`, an
 atomic whole-file replace. Locally they are a hard link and a rename of fsynced temporary files; on S3 a PutObject
-with ``If-None-Match: *`` and a plain PutObject (S3 objects are replaced whole), through s3fs; on HDFS, through
+with ``If-None-Match: *`` and a plain PutObject (S3 objects are replaced whole), through s3fs; on GCS and Azure
+storage the same through gcsfs (``ifGenerationMatch=0``) and adlfs (``If-None-Match: *``); on HDFS, through
 WebHDFS, a complete temporary file renamed into place (HDFS renames are atomic and never overwrite). Credentials and
 endpoints come from each store's standard chain (environment, profile, instance role, Hadoop's configuration), never
 from kafka2pc options.
@@ -26,7 +27,9 @@ from xml.etree import ElementTree
 from kafka2pc.errors import ConfigError
 
 #: URL schemes of the remote stores kafka2pc writes to, and the fsspec protocol serving each
-REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "hdfs": "webhdfs"}
+REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "abfs": "abfs", "abfss": "abfs", "hdfs": "webhdfs"}
+#: the extra that installs each protocol's fsspec filesystem
+_EXTRAS = {"s3": "s3", "gcs": "gcs", "abfs": "azure", "webhdfs": "hdfs"}
 #: the NameNode's WebHDFS port when Hadoop's configuration does not say (Hadoop 3's default)
 WEBHDFS_DEFAULT_PORT = 9870
 
@@ -275,8 +278,8 @@ def _webhdfs(netloc: str, location: str, key: str) -> Any:
 
 
 def open_folder(location: str, *, key: str = "checkpointLocation") -> Folder:
-    """The folder at ``location``: a local path or ``file:`` URI, or an ``s3://``/``s3a://`` URL. Other schemes are
-    refused with a ConfigError naming ``key``."""
+    """The folder at ``location``: a local path or ``file:`` URI, or a URL of a scheme in :data:`REMOTE_SCHEMES`.
+    Other schemes are refused with a ConfigError naming ``key``."""
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme else location
@@ -289,19 +292,18 @@ def open_folder(location: str, *, key: str = "checkpointLocation") -> Folder:
         raise ConfigError(key, f"{location!r}: {parsed.scheme}: is not supported; kafka2pc keeps its decisions on a "
                                f"local path, file:, or {supported} (see docs/spark.md)")
     if not parsed.netloc and protocol != "webhdfs":
-        raise ConfigError(key, f"{location!r} names no bucket")
-    if protocol == "webhdfs":
-        try:
-            return HdfsFolder(_webhdfs(parsed.netloc, location, key), parsed.path, location)
-        except ImportError as exc:
-            raise ConfigError(key, f"{location!r} needs kafka2pc's hdfs extra (pip install 'kafka2pc[hdfs]'): "
-                                   f"{exc}") from None
+        raise ConfigError(key, f"{location!r} names no bucket or container")
     try:
-        import fsspec  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415 - the s3 extra is optional
+        if protocol == "webhdfs":
+            return HdfsFolder(_webhdfs(parsed.netloc, location, key), parsed.path, location)
+        import fsspec.core  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415 - optional
 
-        # no listing cache: another process (a restarted driver, a racing writer) may have written since
-        filesystem = fsspec.filesystem(protocol, use_listings_cache=False)
+        # the URL's own parts (an ABFS account in its host) reach the filesystem; no listing cache: another process
+        # (a restarted driver, a racing writer) may have written since
+        url = location.replace("s3a://", "s3://", 1) if parsed.scheme == "s3a" else location
+        filesystem, path = fsspec.core.url_to_fs(url, use_listings_cache=False)
     except ImportError as exc:
-        raise ConfigError(key, f"{location!r} needs kafka2pc's s3 extra (pip install 'kafka2pc[s3]'): {exc}") \
-            from None
-    return RemoteFolder(filesystem, f"{parsed.netloc}{parsed.path}", location)
+        extra = _EXTRAS[protocol]
+        raise ConfigError(key, f"{location!r} needs kafka2pc's {extra} extra (pip install 'kafka2pc[{extra}]'): "
+                               f"{exc}") from None
+    return RemoteFolder(filesystem, str(path), location)

@@ -12,6 +12,7 @@ Fixtures:
     ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
     binaries, or ``KAFKA2PC_POSTGRES_DSN``).
     ``s3_server`` (session): moto's S3-API server with a bucket; its endpoint and keys set in the environment.
+    ``gcs_server``, ``azure_storage`` (session): fake-gcs-server and Azurite, their variables set in the environment.
     ``hdfs`` (module): Hadoop's mini HDFS cluster; ``HADOOP_CONF_DIR`` set in the environment meanwhile.
 
 A failed test keeps the logs of every cluster it used and names their location in its report.
@@ -79,6 +80,32 @@ def s3_server() -> Iterator[Any]:
     yield server
     restore_environment(previous)
     server.close()
+
+
+def _emulator(kind: str) -> Iterator[Any]:
+    from kafka2pc.testing.object_stores import Azurite, FakeGcsServer  # noqa: PLC0415
+    from kafka2pc.testing.s3 import apply_environment, restore_environment  # noqa: PLC0415
+
+    try:
+        server = (FakeGcsServer() if kind == "gcs" else Azurite()).start()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not start the {kind} emulator: {exc}", pytrace=False)
+    previous = apply_environment(server.environment())
+    yield server
+    restore_environment(previous)
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[Any]:
+    """fake-gcs-server (a Google Cloud Storage emulator), ``STORAGE_EMULATOR_HOST`` set, for the session."""
+    yield from _emulator("gcs")
+
+
+@pytest.fixture(scope="session")
+def azure_storage() -> Iterator[Any]:
+    """Azurite (an Azure storage emulator), ``AZURE_STORAGE_CONNECTION_STRING`` set, for the session."""
+    yield from _emulator("azure")
 
 
 @pytest.fixture(scope="module")

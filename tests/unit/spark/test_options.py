@@ -35,7 +35,7 @@ def test_spark_style_options_are_accepted():
     ({**BASE, "transactionalidprefix": "-bad"}, "transactional.id.prefix", "must be 1-200 characters"),
     ({**BASE, "asyncprogresstrackingenabled": "true"}, "asyncProgressTrackingEnabled", "exactly-once"),
     ({k: v for k, v in BASE.items() if k != "checkpointlocation"}, "checkpointLocation", "is required"),
-    ({**BASE, "checkpointlocation": "gs://bucket/ck"}, "checkpointLocation", "gs: is not supported"),
+    ({**BASE, "checkpointlocation": "wasbs://c@a/ck"}, "checkpointLocation", "wasbs: is not supported"),
     ({**BASE, "checkpointlocation": "s3a:///ck"}, "checkpointLocation", "names no bucket"),
 ])
 def test_bad_options_are_refused_naming_the_option(options, key, problem):
