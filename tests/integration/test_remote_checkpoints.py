@@ -66,27 +66,32 @@ def test_a_decision_log_on_an_object_store_records_completes_and_prunes(store):
         log.record(Decision(2, ()))
 
 
-def decide(log: FileDecisionLog, writer: int, start: threading.Barrier, outcomes: dict[int, str]) -> None:
-    start.wait()
-    try:
-        log.record(Decision(1, (txn("job", writer, writer),)))
-        outcomes[writer] = "won"
-    except DecisionConflictError:
-        outcomes[writer] = "lost"
+def race_for_one_decision(folder: str) -> int:
+    """Two writers (each its own log object) record different decisions for checkpoint 1 at once; asserts exactly
+    one won, returns which."""
+    logs, start, outcomes = [FileDecisionLog(folder, "job") for _ in range(2)], threading.Barrier(2), {}
+
+    def decide(writer: int) -> None:
+        start.wait()
+        try:
+            logs[writer].record(Decision(1, (txn("job", writer, writer),)))
+            outcomes[writer] = "won"
+        except DecisionConflictError:
+            outcomes[writer] = "lost"
+
+    threads = [threading.Thread(target=decide, args=(w,)) for w in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcomes.values()) == ["lost", "won"], outcomes
+    return next(w for w, outcome in outcomes.items() if outcome == "won")
 
 
 def test_two_writers_racing_for_one_decision_on_an_object_store_exactly_one_wins(store):
     for round_number in range(ROUNDS):
         folder = f"{store}/race-{round_number}"
-        logs = [FileDecisionLog(folder, "job"), FileDecisionLog(folder, "job")]
-        start, outcomes = threading.Barrier(2), {}
-        threads = [threading.Thread(target=decide, args=(logs[w], w, start, outcomes)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert sorted(outcomes.values()) == ["lost", "won"], outcomes
-        winner = next(w for w, outcome in outcomes.items() if outcome == "won")
+        winner = race_for_one_decision(folder)
         assert FileDecisionLog(folder, "job").decision(1).transactions == (txn("job", winner, winner),)
 
 
@@ -141,14 +146,7 @@ def test_a_spark_batch_write_keeps_its_decisions_on_s3_and_recover_reads_them(s3
 def test_a_decision_log_on_hdfs_is_exclusive_and_completes(hdfs):
     folder = f"{hdfs.url}/logs/{uuid.uuid4().hex[:8]}"
     for round_number in range(ROUNDS // 2):
-        logs = [FileDecisionLog(f"{folder}-{round_number}", "job") for _ in range(2)]
-        start, outcomes = threading.Barrier(2), {}
-        threads = [threading.Thread(target=decide, args=(logs[w], w, start, outcomes)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert sorted(outcomes.values()) == ["lost", "won"], outcomes
+        race_for_one_decision(f"{folder}-{round_number}")
     log = FileDecisionLog(f"{folder}-0", "job", retain_done=1)
     log.mark_done(1)
     log.record(Decision(2, (txn("job", 0, 2),), {"n": 2}))

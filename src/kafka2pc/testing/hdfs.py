@@ -6,13 +6,11 @@ NameNode's WebHDFS address): ``HADOOP_CONF_DIR`` pointing there is what Spark's 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import default_cache_dir, require_tool
 from kafka2pc.testing.local import free_ports
 from kafka2pc.testing.proxy import LOOPBACK
+from kafka2pc.testing.services import ServiceProcess
 
 HADOOP_VERSION = "3.4.1"
 _MARKER = ".complete"
@@ -55,15 +54,16 @@ def _site(path: Path, settings: dict[str, str]) -> None:
     path.write_text(f"<?xml version=\"1.0\"?><configuration>{properties}</configuration>\n")
 
 
-class MiniHdfs:
+class MiniHdfs(ServiceProcess):
     """A NameNode and a DataNode on 127.0.0.1; :attr:`url` is ``hdfs://127.0.0.1:<port>``."""
 
+    name = "hdfs"
+
     def __init__(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="kafka2pc-hdfs-"))
+        super().__init__()
         self.conf_dir = self.workdir / "conf"
         self.rpc_port, self.http_port, *self._datanode_ports = free_ports(5)
         self.url = f"hdfs://{LOOPBACK}:{self.rpc_port}"
-        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> MiniHdfs:
         """Start the cluster and wait until it serves (its details file is written once it is up)."""
@@ -80,43 +80,13 @@ class MiniHdfs:
                    "-httpport", str(self.http_port), "-writeDetails", str(details)]
         for key, value in binds.items():
             command += ["-D", f"{key}={value}"]
-        log = (self.workdir / "hdfs.log").open("wb")
-        self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.PIPE)  # it stops when its stdin closes, or by signal
-        deadline = time.monotonic() + _START_S
-        while not (details.exists() and details.stat().st_size):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                tail = (self.workdir / "hdfs.log").read_text(errors="replace")[-3000:]
-                self.close(keep=True)
-                raise HarnessSetupError(f"the mini HDFS cluster did not start (see {self.workdir}):\n{tail}")
-            time.sleep(0.2)
+        self._launch(command, lambda: details.exists() and details.stat().st_size > 0, timeout_s=_START_S)
         assert json.loads(details.read_text())["namenode_port"] == self.rpc_port
         self.conf_dir.mkdir()
         _site(self.conf_dir / "core-site.xml", {"fs.defaultFS": self.url})
         _site(self.conf_dir / "hdfs-site.xml", {"dfs.namenode.http-address": f"{LOOPBACK}:{self.http_port}"})
         return self
 
-    def close(self, *, keep: bool = False) -> None:
-        """Stop the cluster (its JVM, by pid) and remove its folder unless ``keep``."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
-        if self._process is not None and self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.close()
-        if not keep:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
     def environment(self) -> dict[str, str]:
         """``HADOOP_CONF_DIR`` for clients (Spark's JVM reads it; kafka2pc finds the WebHDFS address there)."""
         return {"HADOOP_CONF_DIR": str(self.conf_dir), "HADOOP_USER_NAME": os.environ.get("USER", "root")}
-
-    def __enter__(self) -> MiniHdfs:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

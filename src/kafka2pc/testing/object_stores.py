@@ -5,18 +5,17 @@ free loopback port. :meth:`environment` is what gcsfs and adlfs read (their stan
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import default_cache_dir, require_tool
 from kafka2pc.testing.local import free_ports
 from kafka2pc.testing.proxy import LOOPBACK
+from kafka2pc.testing.services import ServiceProcess
 
 FAKE_GCS_SERVER = "github.com/fsouza/fake-gcs-server@v1.56.1"
 AZURITE = "azurite@3"
@@ -35,49 +34,27 @@ def _install(what: str, command: list[str], ready: Path, cwd: Path, env: dict[st
         raise HarnessSetupError(f"could not install {what}: {(proc.stdout + proc.stderr).strip()[-1500:]}")
 
 
-class _Emulator:
-    """A server process on a free loopback port, stopped by pid."""
+def _answers(url: str) -> Callable[[], bool]:
+    def probe() -> bool:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+        except urllib.error.HTTPError:
+            return True  # it answers
+        except (urllib.error.URLError, ConnectionError):
+            return False
+        return True
 
-    def __init__(self, name: str):
-        self.port = free_ports(1)[0]
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"kafka2pc-{name}-"))
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def _run(self, command: list[str], probe: str) -> None:
-        log = (self.workdir / "server.log").open("wb")
-        self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            if self._process.poll() is not None:
-                raise HarnessSetupError(f"{command[0]} exited: {(self.workdir / 'server.log').read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(probe, timeout=2).close()
-                return
-            except urllib.error.HTTPError:
-                return  # it answers
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline:
-                    raise HarnessSetupError(f"{command[0]} did not answer on port {self.port}") from None
-                time.sleep(0.2)
-
-    def close(self) -> None:
-        """Stop the server and remove its folder."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+    return probe
 
 
-class FakeGcsServer(_Emulator):
+class FakeGcsServer(ServiceProcess):
     """fake-gcs-server, in memory; ``STORAGE_EMULATOR_HOST`` points gcsfs at it."""
 
+    name = "gcs"
+
     def __init__(self) -> None:
-        super().__init__("gcs")
+        super().__init__()
+        self.port = free_ports(1)[0]
 
     def start(self) -> FakeGcsServer:
         """Install (once) and start it."""
@@ -85,9 +62,9 @@ class FakeGcsServer(_Emulator):
         binaries = default_cache_dir() / "go-bin"
         _install("fake-gcs-server", [go, "install", FAKE_GCS_SERVER], binaries / "fake-gcs-server", binaries,
                  {"GOBIN": str(binaries)})
-        self._run([str(binaries / "fake-gcs-server"), "-scheme", "http", "-host", LOOPBACK, "-port", str(self.port),
-                   "-backend", "memory", "-public-host", f"{LOOPBACK}:{self.port}"],
-                  f"http://{LOOPBACK}:{self.port}/storage/v1/b")
+        self._launch([str(binaries / "fake-gcs-server"), "-scheme", "http", "-host", LOOPBACK, "-port",
+                      str(self.port), "-backend", "memory", "-public-host", f"{LOOPBACK}:{self.port}"],
+                     _answers(f"http://{LOOPBACK}:{self.port}/storage/v1/b"))
         return self
 
     def environment(self) -> dict[str, str]:
@@ -95,11 +72,14 @@ class FakeGcsServer(_Emulator):
         return {"STORAGE_EMULATOR_HOST": f"http://{LOOPBACK}:{self.port}"}
 
 
-class Azurite(_Emulator):
+class Azurite(ServiceProcess):
     """Azurite's blob service; ``AZURE_STORAGE_CONNECTION_STRING`` points adlfs at it."""
 
+    name = "azurite"
+
     def __init__(self) -> None:
-        super().__init__("azurite")
+        super().__init__()
+        self.port = free_ports(1)[0]
 
     def start(self) -> Azurite:
         """Install (once) and start it."""
@@ -107,9 +87,9 @@ class Azurite(_Emulator):
         packages = default_cache_dir() / "azurite"
         binary = packages / "node_modules" / ".bin" / "azurite-blob"
         _install("Azurite", [npm, "install", "--silent", "--prefix", str(packages), AZURITE], binary, packages)
-        self._run([str(binary), "--blobHost", LOOPBACK, "--blobPort", str(self.port), "--location",
-                   str(self.workdir / "data"), "--silent", "--skipApiVersionCheck"],
-                  f"http://{LOOPBACK}:{self.port}/{AZURITE_ACCOUNT}?comp=list")
+        self._launch([str(binary), "--blobHost", LOOPBACK, "--blobPort", str(self.port), "--location",
+                      str(self.workdir / "data"), "--silent", "--skipApiVersionCheck"],
+                     _answers(f"http://{LOOPBACK}:{self.port}/{AZURITE_ACCOUNT}?comp=list"))
         return self
 
     def environment(self) -> dict[str, str]:

@@ -66,64 +66,53 @@ def postgres_dsn() -> Iterator[str]:
     context.__exit__(None, None, None)
 
 
+def _serve(start: Callable[[], Any], what: str) -> Iterator[Any]:
+    """Start a storage service, set its variables in this process's environment for the fixture's life (Spark drivers
+    and their Python workers started by tests inherit them), stop it afterwards."""
+    from kafka2pc.testing.services import environment_set  # noqa: PLC0415
+
+    try:
+        service = start()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not start {what}: {exc}", pytrace=False)
+    try:
+        with environment_set(service.environment()):
+            yield service
+    finally:
+        service.close()
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
-    """An S3-API server (moto's) with a bucket, its endpoint and keys set in this process's environment (so Spark
-    drivers and their Python workers started by tests inherit them), for the session."""
-    from kafka2pc.testing.s3 import S3Server, apply_environment, restore_environment  # noqa: PLC0415
+    """An S3-API server (moto's) with a bucket, for the session."""
+    from kafka2pc.testing.s3 import S3Server  # noqa: PLC0415
 
-    try:
-        server = S3Server().start()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not start an S3 server: {exc}", pytrace=False)
-    previous = apply_environment(server.environment())
-    yield server
-    restore_environment(previous)
-    server.close()
-
-
-def _emulator(kind: str) -> Iterator[Any]:
-    from kafka2pc.testing.object_stores import Azurite, FakeGcsServer  # noqa: PLC0415
-    from kafka2pc.testing.s3 import apply_environment, restore_environment  # noqa: PLC0415
-
-    try:
-        server = (FakeGcsServer() if kind == "gcs" else Azurite()).start()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not start the {kind} emulator: {exc}", pytrace=False)
-    previous = apply_environment(server.environment())
-    yield server
-    restore_environment(previous)
-    server.close()
+    yield from _serve(lambda: S3Server().start(), "an S3 server")
 
 
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[Any]:
-    """fake-gcs-server (a Google Cloud Storage emulator), ``STORAGE_EMULATOR_HOST`` set, for the session."""
-    yield from _emulator("gcs")
+    """fake-gcs-server (a Google Cloud Storage emulator), for the session."""
+    from kafka2pc.testing.object_stores import FakeGcsServer  # noqa: PLC0415
+
+    yield from _serve(lambda: FakeGcsServer().start(), "fake-gcs-server")
 
 
 @pytest.fixture(scope="session")
 def azure_storage() -> Iterator[Any]:
-    """Azurite (an Azure storage emulator), ``AZURE_STORAGE_CONNECTION_STRING`` set, for the session."""
-    yield from _emulator("azure")
+    """Azurite (an Azure storage emulator), for the session."""
+    from kafka2pc.testing.object_stores import Azurite  # noqa: PLC0415
+
+    yield from _serve(lambda: Azurite().start(), "Azurite")
 
 
 @pytest.fixture(scope="module")
 def hdfs() -> Iterator[Any]:
-    """Hadoop's mini HDFS cluster on loopback, ``HADOOP_CONF_DIR`` pointing at its configuration in this process's
-    environment (Spark drivers started by tests inherit it), for the test module: other modules' scheme-less paths
-    stay local."""
+    """Hadoop's mini HDFS cluster on loopback, ``HADOOP_CONF_DIR`` pointing at its configuration, for the test module
+    (other modules' scheme-less paths stay local)."""
     from kafka2pc.testing.hdfs import MiniHdfs  # noqa: PLC0415
-    from kafka2pc.testing.s3 import apply_environment, restore_environment  # noqa: PLC0415
 
-    try:
-        cluster = MiniHdfs().start()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not start HDFS: {exc}", pytrace=False)
-    previous = apply_environment(cluster.environment())
-    yield cluster
-    restore_environment(previous)
-    cluster.close()
+    yield from _serve(lambda: MiniHdfs().start(), "HDFS")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,71 @@
+"""What the harness's storage servers share (moto's S3, fake-gcs-server, Azurite, the mini HDFS cluster): a process
+on free loopback ports with a work folder, started until it answers and stopped by its pid, and the environment
+variables through which clients (and the Spark drivers that tests start) find it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from kafka2pc.testing.errors import HarnessSetupError
+
+
+class ServiceProcess:
+    """A server process with a work folder; subclasses start it with :meth:`_launch` and say :meth:`environment`."""
+
+    name = "service"
+
+    def __init__(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"kafka2pc-{self.name}-"))
+        self.log_file = self.workdir / "server.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _launch(self, command: list[str], answers: Callable[[], bool], *, timeout_s: float = 60.0) -> None:
+        """Start ``command`` (output to :attr:`log_file`) and wait until ``answers()``; HarnessSetupError with the
+        log's tail if it exits or the time runs out first."""
+        with self.log_file.open("wb") as log:
+            self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while not answers():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_file.read_text(errors="replace")[-2500:]
+                raise HarnessSetupError(f"{self.name} did not start (work folder {self.workdir}):\n{tail}")
+            time.sleep(0.2)
+
+    def environment(self) -> dict[str, str]:
+        """The variables a client reads to find this service."""
+        return {}
+
+    def close(self) -> None:
+        """Stop the process (by its pid) and remove the work folder."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextmanager
+def environment_set(variables: Mapping[str, str]) -> Iterator[None]:
+    """``variables`` set in this process's environment (child processes inherit them) for the block, then
+    restored."""
+    previous = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
