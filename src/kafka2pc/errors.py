@@ -120,6 +120,15 @@ class AuthorizationError(FatalError):
     """The principal lacks an ACL the operation needs; the message names it."""
 
 
+class AuthenticationError(FatalError):
+    """The cluster refused this client's credentials, token or certificate, or the client refused the broker's
+    certificate (not trusted, or not naming the host). The message names the cause; no secret is in it."""
+
+
+class TokenEndpointError(RetriableError):
+    """The OAuth token endpoint could not be reached or did not answer; a later attempt may get a token."""
+
+
 class TransactionLostError(FatalError):
     """A commit was decided for a transaction the broker has already aborted (for example by timeout in fallback
     mode). Its records are not visible and never will be."""

@@ -1,6 +1,7 @@
 import pytest
 
 from kafka2pc import ClientConfig
+from kafka2pc._wire.kafka_settings import kafka_python_kwargs
 from kafka2pc.errors import ConfigError
 
 
@@ -8,19 +9,19 @@ def test_valid_config_maps_to_kafka_python_names():
     config = ClientConfig.from_dict({
         "bootstrap.servers": "a:9092,b:9093",
         "client.id": "me",
-        "security.protocol": "sasl_ssl",
+        "security.protocol": "sasl_plaintext",
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "u",
-        "sasl.password": "p",
+        "sasl.password": "p-secret",
         "request.timeout.ms": "5000",
     })
-    assert config.kafka_python_kwargs() == {
+    assert kafka_python_kwargs(config) == {
         "bootstrap_servers": ["a:9092", "b:9093"],
         "client_id": "me",
-        "security_protocol": "SASL_SSL",
+        "security_protocol": "SASL_PLAINTEXT",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "u",
-        "sasl_plain_password": "p",
+        "sasl_plain_password": "p-secret",
         "request_timeout_ms": 5000,
         "reconnect_backoff_ms": 50,         # Kafka's Java client's defaults, not kafka-python's (30 s at most)
         "reconnect_backoff_max_ms": 1000,
@@ -29,7 +30,7 @@ def test_valid_config_maps_to_kafka_python_names():
 
 def test_reconnect_backoff_keys_override_the_defaults():
     config = ClientConfig.from_dict({"bootstrap.servers": "a:1", "reconnect.backoff.max.ms": "5000"})
-    assert config.kafka_python_kwargs()["reconnect_backoff_max_ms"] == 5000
+    assert kafka_python_kwargs(config)["reconnect_backoff_max_ms"] == 5000
 
 
 @pytest.mark.parametrize(
@@ -40,13 +41,13 @@ def test_reconnect_backoff_keys_override_the_defaults():
         ({"bootstrap.servers": "nohost"}, "bootstrap.servers", "not host:port"),
         ({"bootstrap.servers": "h:99999"}, "bootstrap.servers", "not host:port"),
         ({"bootstrap.servers": "h:1", "linger.msx": 5}, "linger.msx", "unknown configuration key"),
-        ({"bootstrap.servers": "h:1", "request.timeout.ms": -1}, "request.timeout.ms", "positive integer"),
-        ({"bootstrap.servers": "h:1", "request.timeout.ms": True}, "request.timeout.ms", "positive integer"),
-        ({"bootstrap.servers": "h:1", "request.timeout.ms": "x"}, "request.timeout.ms", "positive integer"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": -1}, "request.timeout.ms", "integer >= 1"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": True}, "request.timeout.ms", "integer >= 1"),
+        ({"bootstrap.servers": "h:1", "request.timeout.ms": "x"}, "request.timeout.ms", "integer >= 1"),
         ({"bootstrap.servers": "h:1", "security.protocol": "TLS"}, "security.protocol", "expected one of"),
         ({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL"}, "sasl.mechanism", "is required"),
         ({"bootstrap.servers": "h:1", "sasl.mechanism": "PLAIN"}, "sasl.mechanism", "not SASL"),
-        ({"bootstrap.servers": "h:1", "ssl.endpoint.identification.algorithm": "x"},
+        ({"bootstrap.servers": "h:1", "security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "x"},
          "ssl.endpoint.identification.algorithm", "https"),
     ],
 )

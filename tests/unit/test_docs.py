@@ -25,5 +25,5 @@ def test_every_module_docs_design_draws_exists():
     tree = text[text.index("```\nsrc/kafka2pc/"):text.index("```", text.index("```\nsrc/kafka2pc/") + 3)]
     drawn = set(re.findall(r"([a-z_]+\.py)", tree))
     on_disk = {p.name for p in (ROOT / "src" / "kafka2pc").glob("*.py")} | \
-        {p.name for d in ("_core", "_data", "_wire") for p in (ROOT / "src" / "kafka2pc" / d).glob("*.py")}
+        {p.name for d in ("_core", "_data", "_wire", "config") for p in (ROOT / "src" / "kafka2pc" / d).glob("*.py")}
     assert drawn <= on_disk and on_disk - drawn <= {"__init__.py", "py.typed"}

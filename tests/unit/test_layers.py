@@ -108,7 +108,7 @@ def test_the_rules_can_fail():
 def test_private_means_named_so():
     """Every module outside the public packages and facades is in a package whose name starts with '_'."""
     public = {"kafka2pc", "pyspark_kafka2pc"} | {p for layer in ("foundation", "facades") for p in LAYERS[layer]}
-    public_packages = ("kafka2pc.sink", "kafka2pc.spark", "kafka2pc.dualwrite", "kafka2pc.audit", "kafka2pc.cli",
-                       "kafka2pc.testing", "kafka2pc._core", "kafka2pc._data", "kafka2pc._wire")
+    public_packages = ("kafka2pc.config", "kafka2pc.sink", "kafka2pc.spark", "kafka2pc.dualwrite", "kafka2pc.audit",
+                       "kafka2pc.cli", "kafka2pc.testing", "kafka2pc._core", "kafka2pc._data", "kafka2pc._wire")
     stray = [m for m, _ in MODULES if m not in public and not m.startswith(public_packages)]
     assert stray == []

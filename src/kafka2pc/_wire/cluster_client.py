@@ -19,6 +19,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from kafka2pc._core.codes import error_name
 from kafka2pc._wire.connection_lanes import ConnectionLanes
+from kafka2pc._wire.kafka_settings import kafka_python_kwargs
+from kafka2pc._wire.refusals import refusal, refusal_aware_client
 from kafka2pc._wire.retrying import READS, TRANSIENT, with_retry
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
@@ -42,16 +44,22 @@ class ClusterClient:
     """
 
     def __init__(self, config: ClientConfig, *, bootstrap_timeout_s: float = 30.0, client_id: str | None = None):
-        kwargs = config.kafka_python_kwargs()
+        kwargs = kafka_python_kwargs(config)
         kwargs.setdefault("client_id", client_id or f"kafka2pc-{uuid.uuid4().hex[:8]}")
         kwargs["bootstrap_timeout_ms"] = int(bootstrap_timeout_s * 1000)
+        kwargs["kafka_client"] = refusal_aware_client
         try:
             self._admin = KafkaAdminClient(**kwargs)
+        except Kafka2pcError:
+            raise
         except kafka_errors.KafkaTimeoutError as exc:
             raise BrokerUnavailableError(
                 f"no broker answered at {config.bootstrap_servers} within {bootstrap_timeout_s:g} s"
             ) from exc
         except kafka_errors.KafkaError as exc:
+            error = refusal(exc, config.options.get("sasl_mechanism"))
+            if error is not None:
+                raise error from None
             raise BrokerUnavailableError(f"could not connect to {config.bootstrap_servers}: {exc}") from exc
         self._manager = self._admin._manager
         self._lanes = ConnectionLanes(self._manager)

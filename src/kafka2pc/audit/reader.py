@@ -16,16 +16,15 @@ from kafka2pc.audit.open_transactions import describe_open_transactions
 from kafka2pc.audit.report import AuditReport, OpenTransaction
 from kafka2pc.audit.tally import Tally
 from kafka2pc.config import ClientConfig
+from kafka2pc.config.librdkafka import librdkafka_settings
 from kafka2pc.errors import AuditError, Kafka2pcError
 
 _LIBRDKAFKA_LOG = logging.getLogger("kafka2pc.audit.librdkafka")
-_NOT_FOR_CONSUMERS = frozenset({"request.timeout.ms"})  # a producer property in librdkafka
 
 
-def librdkafka_config(settings: Mapping[str, object]) -> dict[str, str]:
-    """Validated connection settings (Kafka's dotted names) as a librdkafka consumer takes them."""
-    ClientConfig.from_dict(settings)  # the same keys every kafka2pc command accepts; raises ConfigError
-    return {key: str(value) for key, value in settings.items() if key not in _NOT_FOR_CONSUMERS}
+def librdkafka_config(settings: Mapping[str, object]) -> dict[str, Any]:
+    """Validated connection settings (either client's keys) as a librdkafka consumer takes them."""
+    return librdkafka_settings(ClientConfig.from_dict(settings))
 
 
 @attrs.frozen

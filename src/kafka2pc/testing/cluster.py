@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 
+from kafka2pc._wire.kafka_settings import kafka_python_kwargs
 from kafka2pc.config import ClientConfig
 from kafka2pc.testing.errors import HarnessSetupError, NodeControlUnsupported
 from kafka2pc.testing.settings import BrokerSettings
@@ -99,7 +100,7 @@ def wait_for_brokers(config: Mapping[str, object], expected: int, timeout_s: flo
 
 @contextmanager
 def _admin(config: Mapping[str, object], timeout_s: float) -> Iterator[KafkaAdminClient]:
-    kwargs = ClientConfig.from_dict(config).kafka_python_kwargs()
+    kwargs = kafka_python_kwargs(ClientConfig.from_dict(config))
     # a short reconnect backoff: a broker still starting refuses connections, and a long backoff would wait on
     # after it has come up
     kwargs.update(reconnect_backoff_ms=50, reconnect_backoff_max_ms=250)

@@ -249,8 +249,11 @@ def test_without_confluent_kafka_the_error_says_what_to_install(monkeypatch):
 
 def test_connection_settings_are_validated_and_passed_to_librdkafka():
     assert librdkafka_config({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                              "request.timeout.ms": "5000"}) == {
-        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+                              "sasl.username": "u", "sasl.password": "p1234", "request.timeout.ms": "5000",
+                              "ssl.ca.pem": "PEM"}) == {
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
+        "sasl.password": "p1234", "ssl.ca.pem": "PEM", "enable.ssl.certificate.verification": "true",
+        "ssl.endpoint.identification.algorithm": "https"}
     with pytest.raises(ConfigError, match=r"no\.such\.key"):
         librdkafka_config({"bootstrap.servers": "h:1", "no.such.key": "1"})
 
