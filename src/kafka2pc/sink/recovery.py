@@ -12,7 +12,7 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import PRODUCER_KEYS, ClientConfig
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
 from kafka2pc.errors import (
     Kafka2pcError,
     RecoveryIncompleteError,
@@ -108,5 +108,5 @@ def abort_lingering(config: Mapping[str, object], prefix: str, keep: Collection[
     Returns the ids whose transactions were aborted.
     """
     client_config = ClientConfig.from_dict(config, consumed_elsewhere=PRODUCER_KEYS)
-    with ClusterClient(client_config) as client:
+    with ClusterClient(client_config, bootstrap_timeout_s=max_block_ms(config) / 1000) as client:
         return abort_open_transactions(TransactionControl(client), TransactionalIdGrammar(prefix), keep)

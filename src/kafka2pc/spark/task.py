@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import PRODUCER_KEYS, ClientConfig
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
 from kafka2pc.errors import IdInUseError
 from kafka2pc.producer import TwoPhaseProducer
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
@@ -68,7 +68,8 @@ def shared_client(config: Mapping[str, Any]) -> ClusterClient:
     key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
     client = _CLIENTS.get(key)
     if client is None:
-        client = _CLIENTS[key] = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS))
+        client = _CLIENTS[key] = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
+                                               bootstrap_timeout_s=max_block_ms(config) / 1000)
     return client
 
 

@@ -1,0 +1,45 @@
+"""Secrets stay out of reprs, messages and every log record, whoever logs them."""
+
+import logging
+import pickle
+
+from kafka2pc import ClientConfig
+from kafka2pc.config import Secret
+from kafka2pc.config.redaction import redact
+
+
+def test_a_secret_shows_stars_and_pickles_with_its_value():
+    secret = Secret("hunter2-value")
+    assert "hunter2" not in repr(secret) and "hunter2" not in str(secret) and "hunter2" not in f"{secret}"
+    assert pickle.loads(pickle.dumps(secret)).reveal() == "hunter2-value"
+    assert secret == Secret("hunter2-value") and hash(secret) == hash(Secret("hunter2-value"))
+
+
+def test_a_client_config_repr_holds_no_password():
+    config = ClientConfig.from_dict({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                                     "sasl.mechanism": "PLAIN", "sasl.username": "u",
+                                     "sasl.password": "pw-in-repr-1", "ssl.key.password": "key-pass-2",
+                                     "ssl.key.pem": "-----BEGIN PRIVATE KEY-----abc",
+                                     "ssl.certificate.pem": "-----BEGIN CERTIFICATE-----"})
+    text = repr(config)
+    assert "pw-in-repr-1" not in text and "key-pass-2" not in text and "PRIVATE KEY-----abc" not in text
+
+
+def test_any_logger_has_remembered_secrets_scrubbed(caplog):
+    Secret("pw-logged-by-a-library")
+    other = logging.getLogger("some.library")
+    with caplog.at_level(logging.DEBUG):
+        other.debug("config %s", {"password": "pw-logged-by-a-library"})
+        other.debug("bytes %r", b"user\x00pw-logged-by-a-library")
+        try:
+            raise ValueError("failed with pw-logged-by-a-library")
+        except ValueError:
+            other.exception("boom")
+    text = caplog.text
+    assert "pw-logged-by-a-library" not in text
+    assert text.count("***") >= 3
+
+
+def test_short_values_are_not_searched_for():
+    Secret("ab")
+    assert redact("a cab stand") == "a cab stand"
