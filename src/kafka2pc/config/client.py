@@ -27,7 +27,7 @@ _PASSED: Mapping[str, tuple[str, Callable[[str, object], Any]]] = MappingProxyTy
     "security.protocol": ("security_protocol", values.one_of(*_SECURITY_PROTOCOLS)),
     "sasl.mechanism": ("sasl_mechanism", values.one_of(*_SASL_MECHANISMS)),
     "sasl.username": ("sasl_plain_username", values.text),
-    "sasl.password": ("sasl_plain_password", lambda key, value: value),
+    "sasl.password": ("sasl_plain_password", values.secret_text),
     "sasl.kerberos.service.name": ("sasl_kerberos_service_name", values.text),
     "sasl.kerberos.principal": ("sasl_kerberos_name", values.text),
     "request.timeout.ms": ("request_timeout_ms", values.positive),

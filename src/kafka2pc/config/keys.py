@@ -162,6 +162,11 @@ def is_secret(name: str) -> bool:
     return name in _SECRET_NAMES
 
 
+def redacted_repr(config: Mapping[str, object]) -> str:
+    """A repr of ``config`` (keys as the user wrote them) with every secret value shown as ``***``."""
+    return repr({key: "***" if is_secret(key) else value for key, value in config.items()})
+
+
 # -- sasl.jaas.config ---------------------------------------------------------------------------------------------
 
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"

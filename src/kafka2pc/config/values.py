@@ -29,6 +29,14 @@ def text(key: str, value: object) -> str:
     return value
 
 
+def secret_text(key: str, value: object) -> object:
+    """A non-empty secret string (a :class:`~kafka2pc.config.Secret`); the error never shows it."""
+    revealed = value.reveal() if hasattr(value, "reveal") else value
+    if not isinstance(revealed, str) or not revealed:
+        raise ConfigError(key, "expected a non-empty string")
+    return value
+
+
 def boolean(key: str, value: object) -> bool:
     """true/false, 1/0, yes/no, or a bool."""
     if isinstance(value, bool):

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import attrs
 
 from kafka2pc.config import ProducerConfig
+from kafka2pc.config.keys import redacted_repr
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.storage import hadoop_setting, open_folder
@@ -85,7 +86,7 @@ class SinkOptions:
     """Validated options. ``producer_config`` holds the ``kafka.*`` settings with the prefix stripped (Kafka's dotted
     names), ready for :class:`~kafka2pc.TwoPhaseProducer`."""
 
-    producer_config: Mapping[str, Any] = attrs.field(converter=_frozen)
+    producer_config: Mapping[str, Any] = attrs.field(converter=_frozen, repr=redacted_repr)
     checkpoint_location: str
     topic: str | None = None
     prefix: str | None = None

@@ -11,6 +11,7 @@ import attrs
 
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
+from kafka2pc.config.keys import redacted_repr
 from kafka2pc.errors import IdInUseError
 from kafka2pc.producer import TwoPhaseProducer
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
@@ -33,7 +34,7 @@ _SETTLE_S = 10.0
 class TaskPlan:
     """What every task of one write needs, shipped to executors inside the pickled writer."""
 
-    producer_config: Mapping[str, Any]
+    producer_config: Mapping[str, Any] = attrs.field(repr=redacted_repr)
     prefix: str
     naming: TransactionNamingStrategy
     two_phase_commit: bool

@@ -43,3 +43,15 @@ def test_any_logger_has_remembered_secrets_scrubbed(caplog):
 def test_short_values_are_not_searched_for():
     Secret("ab")
     assert redact("a cab stand") == "a cab stand"
+
+
+def test_spark_options_and_task_plans_show_no_secret():
+    from kafka2pc.spark.options import SinkOptions  # noqa: PLC0415
+
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="a" '
+            'password="spark-secret-77";')
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SASL_SSL",
+                                        "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": jaas,
+                                        "kafka.ssl.truststore.password": "store-pass-88",
+                                        "checkpointLocation": "/tmp/kafka2pc-unit"}, streaming=False)
+    assert "spark-secret-77" not in repr(options) and "store-pass-88" not in repr(options)
