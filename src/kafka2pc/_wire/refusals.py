@@ -24,7 +24,8 @@ from kafka2pc.config.redaction import redact
 from kafka2pc.errors import AuthenticationError, ConfigError, Kafka2pcError
 
 _ERROR_PREFIX = re.compile(r"^(\[Error \d+\] )?(\w+Error: )*")
-_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+# X509_V_ERR_HOSTNAME_MISMATCH, and X509_V_ERR_IP_ADDRESS_MISMATCH when the broker is addressed by IP
+_HOST_MISMATCH = frozenset({62, 64})
 _CLIENT_CERTIFICATE_REFUSED = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA", "CERTIFICATE_UNKNOWN",
                                "ACCESS_DENIED", "HANDSHAKE_FAILURE")
 
@@ -40,7 +41,7 @@ def refusal(exc: BaseException, mechanism: str | None = None) -> Kafka2pcError |
                                    "sasl.enabled.mechanisms (sasl.mechanism)")
     cause = _ssl_cause(exc)
     if isinstance(cause, ssl.SSLCertVerificationError):
-        if cause.verify_code == _HOSTNAME_MISMATCH:
+        if cause.verify_code in _HOST_MISMATCH:
             return AuthenticationError(f"TLS: the broker's certificate does not name the host connected to "
                                        f"({cause.verify_message}); connect by a name the certificate holds, or set "
                                        "ssl.endpoint.identification.algorithm=none")
