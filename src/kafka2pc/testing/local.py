@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import IO
@@ -62,10 +63,12 @@ def _die_with_parent() -> None:
 class LocalNode:
     """One combined broker+controller JVM process."""
 
-    def __init__(self, node_id: int, port: int, controller_port: int, home: Path):
+    def __init__(self, node_id: int, port: int, controller_port: int, home: Path,
+                 listener_ports: Mapping[str, int] | None = None):
         self.node_id = node_id
         self.port = port
         self.controller_port = controller_port
+        self.listener_ports = dict(listener_ports or {})
         self.home = home
         self.data_dir = home / "data"
         self.logs_dir = home / "logs"
@@ -98,12 +101,17 @@ class LocalKafkaCluster(KafkaService):
 
     >>> with LocalKafkaCluster(BrokerSettings(), nodes=1) as kafka:   # doctest: +SKIP
     ...     print(kafka.bootstrap_servers)
+
+    ``extra_listeners`` (name -> security protocol) adds client listeners beside the one of ``settings``, each on
+    its own port (:meth:`listener_bootstrap`), configured by ``listener.name.<name>.*`` keys in ``settings.extra``.
+    ``format_args`` go to the storage tool's ``format`` (``--add-scram ...``).
     """
 
     backend = "local"
 
     def __init__(self, settings: BrokerSettings | None = None, *, nodes: int = 1, workdir: Path | None = None,
-                 jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS):
+                 jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS, extra_listeners: Mapping[str, str] | None = None,
+                 format_args: tuple[str, ...] = ()):
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
         self.settings = settings or BrokerSettings()
@@ -115,11 +123,15 @@ class LocalKafkaCluster(KafkaService):
         base.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"kafka2pc-{self.settings.version}-{nodes}n-",
                                                         dir=base))
-        ports = free_ports(2 * nodes)
-        self.nodes = {
-            node_id: LocalNode(node_id, ports[2 * i], ports[2 * i + 1], self.workdir / f"node-{node_id}")
-            for i, node_id in enumerate(self.node_ids)
-        }
+        self._extra_listeners = dict(extra_listeners or {})
+        self._format_args = format_args
+        per_node = 2 + len(self._extra_listeners)
+        ports = free_ports(per_node * nodes)
+        self.nodes = {}
+        for i, node_id in enumerate(self.node_ids):
+            own = ports[per_node * i:per_node * (i + 1)]
+            self.nodes[node_id] = LocalNode(node_id, own[0], own[1], self.workdir / f"node-{node_id}",
+                                            dict(zip(self._extra_listeners, own[2:], strict=True)))
         self._cluster_id = new_cluster_id()
         self._log4j = resources.files(__package__).joinpath("log4j2.properties")
         self._closed = False
@@ -129,6 +141,10 @@ class LocalKafkaCluster(KafkaService):
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes.values())
+
+    def listener_bootstrap(self, name: str) -> str:
+        """``host:port[,...]`` of one of the ``extra_listeners``."""
+        return ",".join(f"127.0.0.1:{node.listener_ports[name]}" for node in self.nodes.values())
 
     @property
     def logs_location(self) -> str:
@@ -220,14 +236,18 @@ class LocalKafkaCluster(KafkaService):
         node.logs_dir.mkdir(parents=True, exist_ok=True)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
         protocol = self.settings.security_protocol
+        client_listeners = {protocol: (protocol, node.port)} | {
+            name: (security, node.listener_ports[name]) for name, security in self._extra_listeners.items()}
+        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, (_, port) in client_listeners.items())
+        protocol_map = ",".join(f"{name}:{security}" for name, (security, _) in client_listeners.items())
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"{protocol}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"{protocol}://127.0.0.1:{node.port}",
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"{protocol_map},CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": protocol,
             "log.dirs": str(node.data_dir),
             **self.settings.server_properties(len(self.nodes)),
@@ -243,7 +263,7 @@ class LocalKafkaCluster(KafkaService):
 
     def _format(self, node: LocalNode) -> None:
         cmd = self._java_command(node, "kafka.tools.StorageTool", "format", "-t", self._cluster_id,
-                                 "-c", str(node.properties_file))
+                                 "-c", str(node.properties_file), *self._format_args)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
         if proc.returncode != 0:
             raise HarnessSetupError(f"formatting KRaft storage of node {node.node_id} failed:\n"

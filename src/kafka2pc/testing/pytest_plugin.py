@@ -8,6 +8,8 @@ Fixtures:
     ``kafka_3node`` (session): 3-node KRaft cluster, transaction log replicated 3x with min ISR 2 (local backend).
     ``kafka_factory`` (function): ``kafka_factory(BrokerSettings(...), nodes=1)`` starts a dedicated cluster for one
     test and stops it afterwards.
+    ``secured_kafka`` (session): a broker with SASL_SSL (PLAIN, SCRAM), mTLS and OAUTHBEARER (a local OIDC server)
+    listeners, certificates made at start (:class:`kafka2pc.testing.secured.SecuredKafka`; local backend).
     ``topic_factory`` (function): ``topic_factory(kafka, partitions=1)`` creates a fresh topic.
     ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
     binaries, or ``KAFKA2PC_POSTGRES_DSN``).
@@ -142,6 +144,23 @@ def kafka_3node(request: pytest.FixtureRequest) -> Iterator[KafkaService]:
     _close(request, service)
 
 
+@pytest.fixture(scope="session")
+def secured_kafka(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A broker with the listeners of managed Kafka: SASL_SSL (PLAIN, SCRAM-SHA-256/512), mTLS, OAUTHBEARER against a
+    local OIDC server, and one whose certificate names another host."""
+    from kafka2pc.testing.secured import SecuredKafka  # noqa: PLC0415
+
+    if choose_backend() == "external":
+        pytest.skip("the secured listeners need the local JVM backend; KAFKA2PC_BOOTSTRAP is fixed")
+    try:
+        secured = SecuredKafka().start()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not provide the secured Kafka: {exc}", pytrace=False)
+    yield secured
+    failed = request.session.stash.get(_FAILED_WITH, set())
+    secured.close(keep_logs=id(secured.service) in failed)
+
+
 @pytest.fixture
 def kafka_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., KafkaService]]:
     """Start dedicated clusters for one test: ``kafka_factory(settings, nodes=1)``."""
@@ -183,7 +202,8 @@ def pytest_runtest_makereport(
     if not report.failed:
         return report
     used: list[KafkaService] = item.stash.get(_USED, [])
-    services = [v for v in getattr(item, "funcargs", {}).values() if isinstance(v, KafkaService)] + used
+    given = [getattr(v, "service", v) for v in getattr(item, "funcargs", {}).values()]
+    services = [v for v in given if isinstance(v, KafkaService)] + used
     if not services:
         return report
     failed = item.session.stash.setdefault(_FAILED_WITH, set())
