@@ -11,6 +11,7 @@ from kafka2pc.capabilities import BrokerCapabilities, probe_capabilities
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig, ProducerConfig
 from kafka2pc.errors import (
+    AuthenticationError,
     AuthorizationError,
     BrokerUnavailableError,
     ConfigError,
@@ -24,6 +25,7 @@ from kafka2pc.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     RetriableError,
+    TokenEndpointError,
     TransactionAbortableError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
@@ -39,6 +41,7 @@ from kafka2pc.transaction_control import TransactionControl
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AuthenticationError",
     "AuthorizationError",
     "BrokerCapabilities",
     "BrokerUnavailableError",
@@ -58,6 +61,7 @@ __all__ = [
     "RecordTooLargeError",
     "RetriableError",
     "State",
+    "TokenEndpointError",
     "TransactionAbortableError",
     "TransactionControl",
     "TransactionLostError",

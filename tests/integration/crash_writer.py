@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from kafka2pc import TwoPhaseProducer
 
@@ -18,10 +19,12 @@ def main() -> None:
     parser.add_argument("--stage", choices=["before-prepare", "after-prepare"], required=True)
     parser.add_argument("--two-phase-commit", action="store_true")
     parser.add_argument("--linger", type=float, default=120.0)
+    parser.add_argument("--config", help="a JSON file of further client settings (a secured cluster's)")
     args = parser.parse_args()
 
-    producer = TwoPhaseProducer({"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id},
-                                two_phase_commit=args.two_phase_commit)
+    extra = json.loads(Path(args.config).read_text()) if args.config else {}
+    producer = TwoPhaseProducer({**extra, "bootstrap.servers": args.bootstrap,
+                                 "transactional.id": args.transactional_id}, two_phase_commit=args.two_phase_commit)
     producer.init_transactions()
     producer.begin_transaction()
     producer.produce_batch(args.topic, [f"crash-{i}".encode() for i in range(args.count)])

@@ -23,12 +23,14 @@ def producer(bootstrap: str, txn_id: str, *, two_phase_commit: bool = True, **ex
 
 
 def crash_writer(bootstrap: str, txn_id: str, topic: str, *, stage: str, count: int = 100,
-                 two_phase_commit: bool = True) -> dict:
+                 two_phase_commit: bool = True, config_file: Path | None = None) -> dict:
     """Run crash_writer.py, wait for its state line, SIGKILL it, and return what it printed."""
     cmd = [sys.executable, "-m", "tests.integration.crash_writer", "--bootstrap", bootstrap, "--transactional-id",
            txn_id, "--topic", topic, "--count", str(count), "--stage", stage]
     if two_phase_commit:
         cmd.append("--two-phase-commit")
+    if config_file is not None:
+        cmd += ["--config", str(config_file)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

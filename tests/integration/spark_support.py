@@ -16,9 +16,11 @@ from kafka2pc.testing.verify import produce_orders
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 
 
-def audit(bootstrap: str, topic: str, expected: int) -> dict:
-    """``kafka2pc audit``'s figures for ``topic``, ids expected to be exactly 0 .. expected - 1."""
-    report = audit_topic({"bootstrap.servers": bootstrap}, topic, RecordDecoder(id_field="id"),
+def audit(bootstrap: str | dict, topic: str, expected: int) -> dict:
+    """``kafka2pc audit``'s figures for ``topic``, ids expected to be exactly 0 .. expected - 1 (``bootstrap``: the
+    servers, or a whole client config in either client's keys)."""
+    settings = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else bootstrap
+    report = audit_topic(settings, topic, RecordDecoder(id_field="id"),
                          expect_range=(0, expected - 1))
     return report.to_json_dict()
 

@@ -354,3 +354,39 @@ def test_kafka2pc_recover_on_a_checkpoint_stops_late_attempts_of_the_stopped_que
     with pytest.raises(BatchOverError):
         zombie(plan, 0, 0, 1, [b'{"id": 0}'])
     assert open_transactions(kafka.bootstrap_servers, plan.prefix) == []
+
+
+def _java_scram_options(secured) -> dict[str, str]:
+    """What a user of Spark's Kafka sink writes for SASL_SSL/SCRAM-SHA-512 with a private CA."""
+    return {"kafka.bootstrap.servers": secured.sasl_ssl, "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                      'username="alice" password="alice-secret";',
+            "kafka.ssl.truststore.location": str(secured.pki.truststore_p12),
+            "kafka.ssl.truststore.type": "PKCS12", "kafka.ssl.truststore.password": secured.pki.store_password}
+
+
+def _client_config(options: dict[str, str]) -> dict[str, str]:
+    return {key.removeprefix("kafka."): value for key, value in options.items()}
+
+
+def test_batch_and_streaming_writes_over_sasl_ssl_scram_with_java_keys(spark, secured_kafka, topic_factory,
+                                                                       tmp_path):
+    options = _java_scram_options(secured_kafka)
+    batch_topic = topic_factory(secured_kafka.service, partitions=2)
+    df = spark.range(0, 500, numPartitions=4).selectExpr("to_json(named_struct('id', id)) AS value")
+    df.write.format("kafka2pc").options(**options).option("topic", batch_topic) \
+        .option("checkpointLocation", str(tmp_path / "batch")).mode("append").save()
+    report = audit(_client_config(options), batch_topic, 500)
+    assert (report["records"], report["duplicates"], report["gaps"], report["clean"]) == (500, 0, 0, True)
+
+    stream_topic = topic_factory(secured_kafka.service, partitions=2)
+    checkpoint = tmp_path / "stream"
+    run_batches(spark, secured_kafka.sasl_ssl, stream_topic, checkpoint, batches=3,
+                **{k: v for k, v in options.items() if k != "kafka.bootstrap.servers"})
+    plaintext = secured_kafka.service.bootstrap_servers  # the same cluster's internal listener, for the operator tools
+    settle_after_stop(spark, plaintext, checkpoint)
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    report = audit(_client_config(options), stream_topic, ROWS_PER_BATCH * (committed + 1))
+    assert (report["duplicates"], report["gaps"], report["lso_pinned"], report["clean"]) == (0, 0, [], True)
+    assert open_transactions(plaintext, sink_prefix(checkpoint)) == []

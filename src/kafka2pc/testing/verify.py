@@ -9,10 +9,14 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kafka2pc.config import ClientConfig
+from kafka2pc.config.librdkafka import librdkafka_settings
 
 
 @attrs.frozen
@@ -29,12 +33,12 @@ class ConsumedRecord:
 Connection = str | Mapping[str, object]
 
 
-def _connection(connection: Connection) -> dict[str, str | int | float | bool]:
-    """``"host:port"`` or a client config with Kafka's dotted names (a secured cluster's ``client_config``)."""
+def _connection(connection: Connection) -> dict[str, Any]:
+    """``"host:port"``, or a client config in either client's keys (a secured cluster's ``client_config``, Java's
+    ``sasl.jaas.config`` and truststores) as librdkafka takes it."""
     if isinstance(connection, str):
         return {"bootstrap.servers": connection}
-    return {key: value if isinstance(value, str | int | float | bool) else str(value)
-            for key, value in connection.items()}
+    return librdkafka_settings(ClientConfig.from_dict(connection))
 
 
 def create_topic(bootstrap: Connection, name: str | None = None, *, partitions: int = 1,
