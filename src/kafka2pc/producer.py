@@ -113,6 +113,11 @@ class TwoPhaseProducer:
         identity = getattr(self._core.state, "identity", None)
         return (-1, -1) if identity is None else (identity.producer_id, identity.epoch)
 
+    def __repr__(self) -> str:
+        producer_id, epoch = self.producer_id_and_epoch
+        return (f"<TwoPhaseProducer transactional.id={self.transactional_id!r} state={self.state.name} "
+                f"producer={producer_id}:{epoch} two_phase_commit_active={self.two_phase_commit_active}>")
+
     # -- driving the core --------------------------------------------------------------------------------------------
 
     def _run(self, operation: Machine[R]) -> R:

@@ -1,7 +1,8 @@
 """``sasl.jaas.config``, the Java client's login settings, read (never evaluated) into kafka2pc's own keys.
 
-The grammar is JAAS's: ``<LoginModule class> <flag> [option=value ...];`` where a value is a double-quoted string
-(``\\"`` and ``\\\\`` escaped) or a bare word. One login module per client, as Kafka's clients require.
+The grammar is JAAS's: ``<LoginModule class> <flag> [option=value ...];`` where a value is a quoted string (double
+or single quotes, as Java's tokenizer takes both; ``\\`` escapes) or a bare word. One login module per client, as
+Kafka's clients require.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import attrs
 from kafka2pc.errors import ConfigError
 
 KEY = "sasl.jaas.config"
-_TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^\s=;"]+)|(=)|(;))', re.DOTALL)
+_TOKEN = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s=;"']+)|(=)|(;))""", re.DOTALL)
 _FLAGS = ("required", "requisite", "sufficient", "optional")
 
 
@@ -36,7 +37,8 @@ def parse(value: str) -> LoginModule:
         match = _TOKEN.match(value, position)
         if match is None:
             raise ConfigError(KEY, f"cannot read it at character {position + 1}")
-        quoted, word, equals, _ = match.groups()
+        double_quoted, single_quoted, word, equals, _ = match.groups()
+        quoted = double_quoted if double_quoted is not None else single_quoted
         if quoted is not None:
             words.append(("quoted", re.sub(r"\\(.)", r"\1", quoted)))
         elif word is not None:

@@ -109,7 +109,7 @@ REFUSED: Mapping[str, str] = {
     "partitioner": "the partition is chosen by the caller (or the Spark sink's partition column)",
     "interceptor.classes": "Java classes cannot run in kafka2pc",
     "metric.reporters": "kafka2pc's metrics are Prometheus collectors (kafka2pc.metrics)",
-    "ssl.cipher.suites": "kafka2pc uses Python's OpenSSL defaults; a cipher list is not honoured",
+    "ssl.cipher.suites": "kafka2pc uses Python's OpenSSL defaults (TLS 1.2 and 1.3 ciphers)",
     "sasl.login.class": "Java classes cannot run in kafka2pc; pass oauth_cb for a custom token",
     "debug": "set the log level of the 'kafka2pc' and 'kafka' loggers instead",
     "error_cb": "errors are raised as kafka2pc exceptions",

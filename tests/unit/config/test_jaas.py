@@ -100,3 +100,11 @@ def test_malformed_or_unknown_modules_are_named_without_their_values(text, fragm
 def test_quoted_values_keep_semicolons_and_escapes():
     module = jaas.parse('a.B required x="1;2" y="q\\\\z" z=bare;')
     assert dict(module.options) == {"x": "1;2", "y": "q\\z", "z": "bare"}
+
+
+def test_single_quoted_values_as_javas_tokenizer_reads_them():
+    module = jaas.parse("a.B required username='alice' password='p;w\"x' other=\"it's\";")
+    assert dict(module.options) == {"username": "alice", "password": 'p;w"x', "other": "it's"}
+    single = SCRAM.replace('"', "'")
+    config = ClientConfig.from_dict({**BASE, "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": single})
+    assert kafka_python_kwargs(config)["sasl_plain_password"] == "pw-123"

@@ -55,3 +55,18 @@ def test_spark_options_and_task_plans_show_no_secret():
                                         "kafka.ssl.truststore.password": "store-pass-88",
                                         "checkpointLocation": "/tmp/kafka2pc-unit"}, streaming=False)
     assert "spark-secret-77" not in repr(options) and "store-pass-88" not in repr(options)
+
+
+def test_a_producer_repr_says_what_it_is_and_holds_no_secret():
+    from kafka2pc import TwoPhaseProducer  # noqa: PLC0415
+    from tests.model.coordinator import CoordinatorModel, ModelTransport  # noqa: PLC0415
+
+    model = CoordinatorModel(transaction_version=2, two_phase_enabled=True)
+    producer = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": "orders-0",
+                                 "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
+                                 "sasl.password": "hunter2-secret"}, two_phase_commit=True,
+                                transport=ModelTransport(model))
+    producer.init_transactions()
+    shown = repr(producer)
+    assert shown.startswith("<TwoPhaseProducer transactional.id='orders-0' state=READY producer=")
+    assert "two_phase_commit_active=True" in shown and "hunter2" not in shown
