@@ -222,7 +222,10 @@ def _jks(data: bytes, password: bytes | None, prefix: str) -> Any:
                                                 "keytool -importkeystore -deststoretype PKCS12") from None
     try:
         return jks.KeyStore.loads(data, (password or b"").decode())
-    except Exception as exc:  # pyjks raises its own KeystoreSignatureException and friends
+    except jks.KeystoreSignatureException:
+        raise ConfigError(f"{prefix}.password", "does not open the JKS store: the password is wrong, or the store "
+                                                "is damaged") from None
+    except Exception as exc:  # pyjks's other errors: a store it cannot read
         raise ConfigError(f"{prefix}.password", f"cannot open the JKS store ({type(exc).__name__})") from None
 
 
