@@ -120,3 +120,12 @@ def test_an_attempt_checks_the_window_once_its_first_write_is_acknowledged(monke
     with pytest.raises(BatchOverError):
         task.write_partition(plan(planned), rows())
     assert read == [] and cluster.model.open_transactions() == []
+
+
+def test_a_tasks_cluster_client_waits_for_the_brokers_as_long_as_kafka_max_block_ms_says(monkeypatch):
+    made = []
+    monkeypatch.setattr(task, "ClusterClient", lambda config, **kwargs: made.append(kwargs) or object())
+    monkeypatch.setattr(task, "_CLIENTS", {})
+    task.shared_client({"bootstrap.servers": "h:1", "max.block.ms": 2500, "linger.ms": 5})
+    task.shared_client({"bootstrap.servers": "h:2"})
+    assert [kwargs["bootstrap_timeout_s"] for kwargs in made] == [2.5, 60.0]
