@@ -103,10 +103,21 @@ def _timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int
     started = time.perf_counter()
     writer.save()
     elapsed = time.perf_counter() - started
-    written = sum(end_offsets(bootstrap, topic).values())
-    if written < rows:
-        raise SystemExit(f"{name} wrote {written} of {rows} rows")
+    check_written(name, bootstrap, topic, rows)
     return elapsed
+
+
+def check_written(name: str, bootstrap: str, topic: str, rows: int) -> None:
+    """End the benchmark when a read_committed consumer cannot see ``rows`` rows in ``topic``, saying which side
+    was short: the sink (too few records in the log) or the commit (records there, transactions not committed)."""
+    committed = sum(end_offsets(bootstrap, topic, settle_s=30.0).values())
+    if committed >= rows:  # end offsets count each commit's markers too: at least ``rows``
+        return
+    logged = sum(end_offsets(bootstrap, topic, isolation="read_uncommitted").values())
+    if logged < rows:
+        raise SystemExit(f"{name} wrote {logged} of {rows} rows: the sink is short (log end offsets)")
+    raise SystemExit(f"{name}: the log holds {logged} offsets for {rows} rows, but read_committed reads only to "
+                     f"{committed} after 30 s: transactions were left open, not committed")
 
 
 def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, rows_per_batch: int) -> int:

@@ -91,15 +91,19 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def end_offsets(bootstrap: Connection, topic: str, *, isolation: str = "read_committed") -> dict[int, int]:
+def end_offsets(bootstrap: Connection, topic: str, *, isolation: str = "read_committed",
+                settle_s: float = 0.0) -> dict[int, int]:
     """Per partition, the offset a consumer of that isolation level reads up to.
 
-    For ``read_committed`` this is the last stable offset (LSO): an open transaction holds it back.
+    For ``read_committed`` this is the last stable offset (LSO): an open transaction holds it back, and so do the
+    markers of a commit until the coordinator has written them; ``settle_s`` waits up to that long for the LSO to
+    reach the log end.
     """
     consumer = _consumer(bootstrap, isolation)
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                for p in _partitions(consumer, topic)}
+        partitions = _partitions(consumer, topic)
+        return _settled_ends(bootstrap, topic, consumer, partitions,
+                             settle_s if isolation == "read_committed" else 0.0)
     finally:
         consumer.close()
 
