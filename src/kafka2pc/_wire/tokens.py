@@ -84,13 +84,13 @@ def _from_token_endpoint(settings: OAuthSettings, now: float) -> tuple[str, floa
                                      headers={"Authorization": "Basic " + base64.b64encode(credentials.encode())
                                               .decode(), "Accept": "application/json",
                                               "Content-Type": "application/x-www-form-urlencoded"})
-    url = settings.token_endpoint_url
+    url = _shown(settings.token_endpoint_url)
     try:
         with urllib.request.urlopen(request, timeout=settings.request_timeout_s) as response:
             body = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = _error_detail(exc)
-        if 400 <= exc.code < 500:
+        if 400 <= exc.code < 500 and exc.code not in _TRY_AGAIN:
             raise AuthenticationError(f"the token endpoint {url} refused client id {settings.client_id!r}: HTTP "
                                       f"{exc.code}{detail}") from None
         raise TokenEndpointError(f"the token endpoint {url} answered HTTP {exc.code}{detail}") from None
@@ -102,6 +102,20 @@ def _from_token_endpoint(settings: OAuthSettings, now: float) -> tuple[str, floa
     expires_in = body.get("expires_in")
     expires_at = now + float(expires_in) if isinstance(expires_in, int | float) else _jwt_expiry(token, now)
     return token, expires_at, {}
+
+
+#: client errors that pass with time: Request Timeout, Too Many Requests
+_TRY_AGAIN = frozenset({408, 429})
+
+
+def _shown(url: str) -> str:
+    """``url`` without a user and password in its authority."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:

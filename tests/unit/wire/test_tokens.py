@@ -68,6 +68,7 @@ class TokenEndpoint:
 
     def __init__(self, expires_in: int = 100) -> None:
         self.requests: list[tuple[str, str]] = []
+        self.status: int | None = None  # answer every request with this status instead
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,7 +76,9 @@ class TokenEndpoint:
                 body = self.rfile.read(int(self.headers["Content-Length"])).decode()
                 endpoint.requests.append((self.headers["Authorization"], body))
                 good = "Basic " + base64.b64encode(b"svc:right%20secret").decode()
-                if self.headers["Authorization"] != good:
+                if endpoint.status is not None:
+                    self._answer(endpoint.status, {"error": "slow_down"})
+                elif self.headers["Authorization"] != good:
                     self._answer(401, {"error": "invalid_client", "error_description": "bad secret"})
                 else:
                     self._answer(200, {"access_token": f"jwt-{len(endpoint.requests)}", "token_type": "Bearer",
@@ -135,6 +138,20 @@ def test_an_unreachable_token_endpoint_is_retriable():
     tokens = RenewingTokens(_oidc("http://127.0.0.1:9/token", "right secret"))
     with pytest.raises(TokenEndpointError, match=r"no token from http://127\.0\.0\.1:9/token"):
         tokens.token()
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_an_endpoint_that_asks_to_come_back_later_is_retriable(endpoint, status):
+    endpoint.status = status
+    with pytest.raises(TokenEndpointError, match=rf"answered HTTP {status} \(slow_down\)"):
+        RenewingTokens(_oidc(endpoint.url, "right secret")).token()
+
+
+def test_a_user_and_password_in_the_endpoint_url_are_not_shown(endpoint):
+    url = endpoint.url.replace("http://", "http://svc:url-password@")
+    with pytest.raises(TokenEndpointError) as info:  # urllib takes no credentials in a URL: it cannot connect
+        RenewingTokens(_oidc(url, "right secret")).token()
+    assert "url-password" not in str(info.value) and endpoint.url in str(info.value)
 
 
 def test_clients_of_one_configuration_share_a_provider():
