@@ -5,6 +5,7 @@ reason. :func:`canonical` turns what a user wrote (confluent-kafka/librdkafka na
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Mapping
 
 import attrs
@@ -12,6 +13,8 @@ import attrs
 from kafka2pc.config import jaas
 from kafka2pc.config.redaction import Secret
 from kafka2pc.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -96,6 +99,18 @@ KEYS: tuple[Key, ...] = tuple(attrs.evolve(k, producer=True) for k in _PRODUCER)
 PRODUCER_KEYS = frozenset(k.name for k in KEYS if k.producer)
 
 #: keys users bring from other clients that kafka2pc does not honour, and why
+#: consumer settings, found in the client snippets managed-Kafka providers hand out (Confluent Cloud's carries
+#: session.timeout.ms): kafka2pc writes and never joins a group, so they are dropped with one INFO line, as
+#: librdkafka's producer ignores them and Java's warns
+CONSUMER_ONLY = frozenset({
+    "group.id", "group.instance.id", "group.protocol", "group.remote.assignor", "session.timeout.ms",
+    "heartbeat.interval.ms", "max.poll.interval.ms", "max.poll.records", "auto.offset.reset", "enable.auto.commit",
+    "auto.commit.interval.ms", "enable.auto.offset.store", "isolation.level", "partition.assignment.strategy",
+    "fetch.min.bytes", "fetch.max.bytes", "fetch.max.wait.ms", "fetch.wait.max.ms", "max.partition.fetch.bytes",
+    "check.crcs", "exclude.internal.topics", "allow.auto.create.topics", "client.rack",
+})
+_dropped_consumer_keys: set[str] = set()
+
 REFUSED: Mapping[str, str] = {
     "key.serializer": "records reach kafka2pc as bytes: serialize in the application (Spark's sink refuses it too)",
     "value.serializer": "records reach kafka2pc as bytes: serialize in the application (Spark's sink refuses it "
@@ -131,6 +146,11 @@ def canonical(config: Mapping[str, object]) -> dict[str, object]:
     out: dict[str, object] = {}
     given_as: dict[str, str] = {}
     for key, value in config.items():
+        if key in CONSUMER_ONLY:
+            if key not in _dropped_consumer_keys:
+                _dropped_consumer_keys.add(key)
+                log.info("ignoring %r: a consumer setting, and kafka2pc only writes", key)
+            continue
         if key in REFUSED:
             raise ConfigError(key, f"is not honoured: {REFUSED[key]}")
         spec = _BY_NAME.get(key)
@@ -147,7 +167,7 @@ def canonical(config: Mapping[str, object]) -> dict[str, object]:
 
 def unknown_key_problem(key: str) -> str:
     """'unknown configuration key', with the nearest accepted name when it looks like a slip."""
-    near = difflib.get_close_matches(key, list(_BY_NAME) + list(REFUSED), n=1, cutoff=0.75)
+    near = difflib.get_close_matches(key, list(_BY_NAME) + list(REFUSED) + list(CONSUMER_ONLY), n=1, cutoff=0.75)
     return "unknown configuration key" + (f"; did you mean {near[0]!r}?" if near else "")
 
 

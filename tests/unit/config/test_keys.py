@@ -115,3 +115,18 @@ def test_the_docs_table_is_the_key_table():
 
     text = (Path(__file__).parents[3] / "docs" / "configuration.md").read_text()
     assert keys.markdown_table() in text
+
+
+def test_consumer_settings_in_a_providers_snippet_are_dropped_with_one_info_line(caplog, monkeypatch):
+    monkeypatch.setattr(keys, "_dropped_consumer_keys", set())
+    snippet = {"bootstrap.servers": "pkc-1.confluent.cloud:9092", "security.protocol": "SASL_SSL",
+               "sasl.mechanisms": "PLAIN", "sasl.username": "KEY", "sasl.password": "SECRET",
+               "session.timeout.ms": 45000, "linger.ms": 5}
+    with caplog.at_level("INFO", logger="kafka2pc.config.keys"):
+        config = ProducerConfig.from_dict({**snippet, "transactional.id": "t"}, two_phase_commit=True)
+        ProducerConfig.from_dict({**snippet, "transactional.id": "u"}, two_phase_commit=True)
+    assert config.linger_ms == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring 'session.timeout.ms': a consumer setting, and kafka2pc only writes"]
+    with pytest.raises(ConfigError, match=r"did you mean 'session\.timeout\.ms'"):
+        ClientConfig.from_dict({"bootstrap.servers": "h:1", "session.timeout.msec": 1})
