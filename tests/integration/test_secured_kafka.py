@@ -242,3 +242,12 @@ def test_a_wrong_client_secret_fails_at_once_naming_the_token_endpoint(secured_k
     print(f"wrong client secret: {took:.2f} s: {error}")
     assert oidc.token_url in str(error) and "401" in str(error) and "not-the-secret" not in str(error)
     assert took < 20
+
+
+def test_a_refusal_is_recognised_every_time_not_only_when_the_close_comes_later(secured_kafka):
+    """The broker answers a wrong password and closes at once; when the answer and the close arrive in one read,
+    the answer must still be what fails the connection (half of the attempts were missed before)."""
+    config = {**scram512(secured_kafka), "sasl.password": "not-the-password"}
+    for attempt in range(10):
+        _, took = _refused(config)
+        assert took < 3, f"attempt {attempt}: the refusal was missed and retried ({took:.1f} s)"

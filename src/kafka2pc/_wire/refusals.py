@@ -82,7 +82,7 @@ def _ssl_cause(exc: BaseException) -> BaseException | None:
 class _DataBeforeClose:
     """kafka-python 3.0.12 drops the bytes of a read that also saw the peer close the socket, and a broker refusing
     credentials sends its SaslAuthenticate answer and closes at once: the answer (and its error) would be lost. These
-    transports hand the bytes to the connection before reporting the close."""
+    transports hand the bytes to the connection, and let the tasks they wake run, before reporting the close."""
 
     async def _read_from_sock(self: Any) -> None:
         while self._read and not self._closed:
@@ -98,6 +98,11 @@ class _DataBeforeClose:
                     self.abort(error=exc)
                     return
             if error:
+                if received:
+                    # the bytes may answer a request whose task is now ready (a SaslAuthenticate refusal): let it
+                    # run and fail the connection with the broker's error before the close fails it as a lost
+                    # connection
+                    await self._net.sleep(0)
                 self.abort(error=error)
                 return
 
