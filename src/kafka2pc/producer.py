@@ -19,7 +19,7 @@ from kafka2pc import metrics
 from kafka2pc._core.driver import CoordinatorTransport, drive
 from kafka2pc._core.judge import TransactionOutcome
 from kafka2pc._core.machine import Machine
-from kafka2pc._core.messages import ClusterFacts
+from kafka2pc._core.messages import ClusterFacts, ObservedTransaction
 from kafka2pc._core.producer_core import ProducerCore
 from kafka2pc._core.resend import COORDINATOR_RETRY
 from kafka2pc._core.setup import TWO_PHASE_SETTINGS
@@ -274,6 +274,18 @@ class TwoPhaseProducer:
         operation = self._core.complete(requested)
         self._sender.discard()
         return self._ended(operation)
+
+    def continue_after_completion(self, observed: ObservedTransaction | None) -> bool:
+        """After another process (a committer) ended the transaction this producer prepared, go on writing
+        transactions on its id without an InitProducerId: transaction protocol v2 bumps the epoch at every end, and
+        this producer takes the one its transaction's end gave the id.
+
+        ``observed`` is the id as DescribeTransactions showed it after that end
+        (:meth:`~kafka2pc.transaction_control.TransactionControl.describe`). Returns True when it shows exactly that
+        end and nothing since (the producer is then READY); False otherwise — protocol v1, another producer took the
+        id over, the end has not happened, or the epoch is near its limit — and the producer stays PREPARED: close it
+        and take the id over with a new producer (:meth:`init_transactions` fences every earlier one)."""
+        return self._core.continue_after_completion(observed)
 
     def _ended(self, operation: Machine[TransactionOutcome]) -> TransactionOutcome:
         try:

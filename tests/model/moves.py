@@ -16,6 +16,7 @@ _OPERATIONS = {
     "init_transactions": Operation.INIT, "begin_transaction": Operation.BEGIN, "produce": Operation.WRITE,
     "produce_batch": Operation.WRITE, "flush": Operation.WRITE, "prepare_transaction": Operation.PREPARE,
     "commit_transaction": Operation.COMMIT, "abort_transaction": Operation.ABORT, "close": Operation.CLOSE,
+    "continue_after_completion": Operation.CONTINUE,
 }
 
 

@@ -77,6 +77,7 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         self.decided: set[ProducerIdentity] = set()
         self.prepared: PreparedTxnState | None = None
         self.snapshot: PreparedTxnState | None = None  # LISTING: described, not yet aborted
+        self.look: tuple[object] | None = None  # a producer's look at its id, used later (by producer_continues)
         self.claims: list[Claim] = []
         self.written: dict[ProducerIdentity, list[bytes]] = {}
         self.values = itertools.count()
@@ -217,6 +218,21 @@ class ProducerAgainstModel(RuleBasedStateMachine):
             return
         with contextlib.suppress(EXPECTED):
             self.producer.abort_transaction()
+
+    @rule()
+    def producer_looks(self) -> None:
+        """A Spark task's look at its id before it takes its cached producer (other steps may come in between)."""
+        with contextlib.suppress(EXPECTED):
+            self.look = (self.control.describe(TXN_ID),)
+
+    @precondition(lambda self: self.producer is not None and self.producer.state is State.PREPARED
+                  and self.look is not None)
+    @rule()
+    def producer_continues(self) -> None:
+        """continue_after_completion on that look: the cached producer goes on without an InitProducerId when the
+        look shows its transaction ended by another process (here: the committer, or LISTING) and nothing since."""
+        assert self.producer is not None and self.look is not None
+        self.producer.continue_after_completion(self.look[0])  # type: ignore[arg-type]
 
     @precondition(lambda self: self.producer is not None)
     @rule()

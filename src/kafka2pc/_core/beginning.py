@@ -34,6 +34,7 @@ from kafka2pc._core.messages import (
     DescribeTransaction,
     InitAnswer,
     NoAnswer,
+    ObservedTransaction,
     ProducerIdentity,
 )
 from kafka2pc._core.setup import TransactionSetup, fenced, init_error
@@ -56,6 +57,24 @@ def fresh_bumps(transaction_version: int) -> int:
     """Bumps due after a fresh InitProducerId. v1: it moved the epoch once past the id's last transaction; one more
     makes the two that keep "pid:epoch" unique (see judge.py). v2 bumps at every end by itself."""
     return 1 if transaction_version < 2 else 0
+
+
+def identity_after_handover(held: ProducerIdentity, observed: ObservedTransaction | None,
+                            transaction_version: int) -> ProducerIdentity | None:
+    """The identity a producer may go on with, without an InitProducerId, after another process (a committer) ended
+    the transaction it prepared at ``held``; None when it must not (a new producer takes the id over instead).
+
+    Only under protocol v2, whose end bumps the epoch, and only when ``observed`` (a look taken after the end) shows
+    exactly that end: the same producer id, ``Complete*`` at ``held``'s epoch + 1. Nobody else can hold that epoch:
+    the end's sender never writes, and an InitProducerId since (a new holder) would have left the id ``Empty`` or at
+    a later epoch. A look older than the id's latest change can only be one that makes this producer's first write
+    fenced, never one that lets two producers share an epoch."""
+    if transaction_version < 2 or observed is None or observed.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
+        return None
+    following = ProducerIdentity(held.producer_id, held.epoch + 1)
+    if observed.identity != following or following.epoch > MAX_TRANSACTION_EPOCH:
+        return None
+    return following
 
 
 def needs_bump(ready: Ready) -> bool:

@@ -18,12 +18,12 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from kafka2pc._core import codes
-from kafka2pc._core.beginning import FATAL, Beginning, fresh_bumps
+from kafka2pc._core.beginning import FATAL, Beginning, fresh_bumps, identity_after_handover
 from kafka2pc._core.completion import Completion, Goal, Settled
 from kafka2pc._core.initialization import Initialization, Initialized
 from kafka2pc._core.judge import Fate, TransactionOutcome, end_version
 from kafka2pc._core.machine import Finished, Machine
-from kafka2pc._core.messages import AddAnswer, AddPartitions, Answer, Command, NoAnswer
+from kafka2pc._core.messages import AddAnswer, AddPartitions, Answer, Command, NoAnswer, ObservedTransaction
 from kafka2pc._core.requests import Immediately, Request
 from kafka2pc._core.resend import COORDINATOR_RETRY, Resending
 from kafka2pc._core.retry import Retry
@@ -250,6 +250,20 @@ class ProducerCore:
         prepared = Prepared(state.setup, state.identity, state.registered)
         self.state = prepared
         return prepared.handle
+
+    def continue_after_completion(self, observed: ObservedTransaction | None) -> bool:
+        """After another process ended the transaction this producer prepared: go on (READY) with the epoch that end
+        gave the id, when ``observed`` shows nothing else happened to it since (:func:`identity_after_handover`).
+        False: the producer stays PREPARED, to be closed."""
+        self._check(Operation.CONTINUE)
+        state = self.state
+        assert isinstance(state, Prepared)
+        following = identity_after_handover(state.identity, observed, state.setup.transaction_version) \
+            if state.registered else None
+        if following is None:
+            return False
+        self.state = Ready(state.setup, following)
+        return True
 
     # -- ending ------------------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ class Operation(enum.Enum):
     LOOK_UP = "complete_transaction: while no transaction is held (it reports what became of the one named)"
     COMPLETE_HELD = "complete_transaction: naming the transaction held (commit it)"
     COMPLETE_OTHER = "complete_transaction: naming another transaction than the one held (abort it, report the other)"
+    CONTINUE = "continue_after_completion: go on after another process ended the prepared transaction"
     CLOSE = "close"
 
     @property
@@ -59,6 +60,7 @@ TRANSITIONS: Mapping[tuple[State, Operation], frozenset[State]] = MappingProxyTy
     (S.PREPARED, Op.ABORT): _ABORT,
     (S.PREPARED, Op.COMPLETE_HELD): _COMMIT,
     (S.PREPARED, Op.COMPLETE_OTHER): _ABORT,
+    (S.PREPARED, Op.CONTINUE): frozenset({S.READY, S.PREPARED}),  # PREPARED: it may not; close it
     (S.RECOVERED_PREPARED, Op.COMMIT): _COMMIT,
     (S.RECOVERED_PREPARED, Op.ABORT): _ABORT,
     (S.RECOVERED_PREPARED, Op.COMPLETE_HELD): _COMMIT,
