@@ -20,6 +20,7 @@ from kafka2pc._core.driver import CoordinatorTransport, drive, drive_all
 from kafka2pc._core.judge import TransactionOutcome, end_version
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import (
+    IN_FLUX,
     ONGOING,
     OPEN_STATES,
     ClusterFacts,
@@ -46,9 +47,11 @@ from kafka2pc.prepared_state import PreparedTxnState
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+#: what :meth:`TransactionControl.abort_all_ongoing` reports of each id: what it aborted, None, or an error
+Aborted = ObservedTransaction | None | Exception
 
-__all__ = ["ONGOING", "OPEN_STATES", "ControlTransport", "ObservedTransaction", "ProducerIdentity", "Settled",
-           "TransactionControl", "TransactionDescription", "TransactionListing", "TransactionOutcome"]
+__all__ = ["IN_FLUX", "ONGOING", "OPEN_STATES", "ControlTransport", "ObservedTransaction", "ProducerIdentity",
+           "Settled", "TransactionControl", "TransactionDescription", "TransactionListing", "TransactionOutcome"]
 
 
 class ControlTransport(CoordinatorTransport, Protocol):
@@ -199,28 +202,50 @@ class TransactionControl:
         """Abort the transaction open on ``transactional_id`` now (only if its producer id is ``producer_id``,
         when given), conditional on the producer id and epoch DescribeTransactions reports for it; returns what
         was aborted, or None when nothing open matched or it ended meanwhile."""
-        observed = self.describe(transactional_id)
-        if observed is None or observed.state != ONGOING:
-            return None
-        if producer_id is not None and observed.producer_id != producer_id:
-            log.info("%r is now open under producer id %d, not the listed %d: left alone", transactional_id,
-                     observed.producer_id, producer_id)
-            return None
-        target = observed.identity.state()  # only described: which protocol it ran under is not known
-        try:
-            settled = self.abort(transactional_id, target)
-        except TransactionOutcomeUnknownError as exc:
-            log.info("%s of %r ended before it could be aborted: %s", target, transactional_id, exc.reason)
-            return None
-        if settled.outcome is not TransactionOutcome.ABORTED:
-            log.info("%s of %r committed before it could be aborted; left as it is", target, transactional_id)
-            return None
-        if settled.fenced is False:
-            log.warning("%s of %r aborted but not fenced (%s): a live writer of it could still start another "
-                        "transaction at that epoch; abort again once it is stopped", target, transactional_id,
-                        settled.detail)
-        return observed
+        result = self.abort_all_ongoing([(transactional_id, producer_id)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
 
+    def abort_all_ongoing(self, targets: Sequence[tuple[str, int | None]]) -> Sequence[Aborted]:
+        """:meth:`abort_ongoing` of many ``(transactional_id, producer_id)`` at once: one round of
+        DescribeTransactions, one of EndTxn (more only for what needs them); in order, each one's result or error."""
+        looks = self.describe_all([txn_id for txn_id, _ in targets])
+        results: list[Aborted] = []
+        aborting: list[tuple[int, ObservedTransaction]] = []
+        for index, ((txn_id, producer_id), observed) in enumerate(zip(targets, looks, strict=True)):
+            results.append(None if not isinstance(observed, Exception) else observed)
+            if isinstance(observed, Exception) or observed is None or observed.state != ONGOING:
+                continue
+            if producer_id is not None and observed.producer_id != producer_id:
+                log.info("%r is now open under producer id %d, not the listed %d: left alone", txn_id,
+                         observed.producer_id, producer_id)
+                continue
+            aborting.append((index, observed))
+        # only described: which protocol each ran under is not known
+        settled = self.abort_all([(targets[index][0], observed.identity.state()) for index, observed in aborting])
+        for (index, observed), outcome in zip(aborting, settled, strict=True):
+            results[index] = _aborted(targets[index][0], observed, outcome)
+        return results
+
+
+def _aborted(transactional_id: str, observed: ObservedTransaction,
+             outcome: Settled | Exception) -> Aborted:
+    """What :meth:`TransactionControl.abort_ongoing` reports of one abort's outcome."""
+    target = observed.identity.state()
+    if isinstance(outcome, TransactionOutcomeUnknownError):
+        log.info("%s of %r ended before it could be aborted: %s", target, transactional_id, outcome.reason)
+        return None
+    if isinstance(outcome, Exception):
+        return outcome
+    if outcome.outcome is not TransactionOutcome.ABORTED:
+        log.info("%s of %r committed before it could be aborted; left as it is", target, transactional_id)
+        return None
+    if outcome.fenced is False:
+        log.warning("%s of %r aborted but not fenced (%s): a live writer of it could still start another "
+                    "transaction at that epoch; abort again once it is stopped", target, transactional_id,
+                    outcome.detail)
+    return observed
 
 
 def _as_described(transactional_id: str, answer: object) -> Described:

@@ -49,12 +49,14 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
     aborted. Each abort is conditional on the producer id listed and the producer id and epoch described: a
     transaction that started on the id since is left alone."""
     kept = set(keep)
-    listed = control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
+    listed = [listing for listing in control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
+              if grammar.owns(listing.transactional_id) and listing.transactional_id not in kept]
+    results = control.abort_all_ongoing([(listing.transactional_id, listing.producer_id) for listing in listed])
     aborted = []
-    for listing in listed:
-        if not grammar.owns(listing.transactional_id) or listing.transactional_id in kept:
-            continue
-        if control.abort_ongoing(listing.transactional_id, producer_id=listing.producer_id) is not None:
+    for listing, result in zip(listed, results, strict=True):
+        if isinstance(result, Exception):
+            raise result
+        if result is not None:
             log.info("aborted lingering transaction of %r", listing.transactional_id)
             aborted.append(listing.transactional_id)
     return aborted
