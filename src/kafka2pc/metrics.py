@@ -29,6 +29,10 @@ RECOVERY_ABORTED = Counter(
     "kafka2pc_recovery_aborted_transactions", "Lingering transactions aborted by recovery", ["prefix"])
 RECOVERY_SECONDS = Gauge(
     "kafka2pc_recovery_last_duration_seconds", "How long the last recovery of a prefix took", ["prefix"])
+PRODUCER_CACHE_LOOKUPS = Counter(
+    "kafka2pc_producer_cache_lookups",
+    "Tasks looking for a cached producer of their transactional id: continued (no InitProducerId), superseded "
+    "(the id moved on: a new producer took it over), absent", ["result"])
 
 
 def render() -> bytes:

@@ -1,0 +1,125 @@
+"""Connected clients and handed-over producers that one process keeps between the tasks it runs.
+
+The counterpart of Spark's ``CachedKafkaProducer`` (one producer per executor and configuration, closed after
+``spark.kafka.producer.cache.timeout`` idle). A task whose transactional id's producer is here goes on without a new
+connection, and — transaction protocol v2 — without an InitProducerId: the producer prepared the id's last
+transaction, a committer ended it (which bumped the epoch), and the producer takes that epoch
+(:meth:`~kafka2pc.TwoPhaseProducer.continue_after_completion`). When the id shows anything else, the cached producer
+is dropped and the task takes the id over with a new one, which fences every earlier producer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from kafka2pc import metrics
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
+from kafka2pc.producer import State, TwoPhaseProducer
+from kafka2pc.transaction_control import ObservedTransaction
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Spark's default for ``spark.kafka.producer.cache.timeout``
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+ConfigKey = tuple[tuple[str, str], ...]
+
+
+def config_key(config: Mapping[str, Any]) -> ConfigKey:
+    """The cache key of a client configuration (values as text; held in memory only, never shown)."""
+    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
+@attrs.define
+class _Entry(Generic[T]):
+    value: T
+    last_used: float
+
+
+class ProducerCache:
+    """Clients keyed by configuration, and producers whose prepared transaction was handed over, keyed by
+    configuration and transactional id. Anything unused for ``idle_timeout_s`` is closed at the next access;
+    ``idle_timeout_s=0`` keeps no producers (clients are still shared). One thread at a time, like the producers."""
+
+    def __init__(self, *, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._clients: dict[ConfigKey, _Entry[ClusterClient]] = {}
+        self._producers: dict[tuple[ConfigKey, str], _Entry[TwoPhaseProducer]] = {}
+
+    def client(self, config: Mapping[str, Any]) -> ClusterClient:
+        """The process's client for a cluster configuration (connected on first use)."""
+        key, now = config_key(config), self._clock()
+        entry = self._clients.get(key)
+        if entry is None:
+            self.evict_idle()
+            client = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
+                                   bootstrap_timeout_s=max_block_ms(config) / 1000)
+            entry = self._clients[key] = _Entry(client, now)
+        entry.last_used = now
+        return entry.value
+
+    def take(self, config: Mapping[str, Any], transactional_id: str,
+             observed: ObservedTransaction | None) -> TwoPhaseProducer | None:
+        """The cached producer of ``transactional_id``, READY to begin without an InitProducerId, when ``observed``
+        (the id's look, taken now) lets it go on; None otherwise (a cached one that may not is closed)."""
+        entry = self._producers.pop((config_key(config), transactional_id), None)
+        self.evict_idle()
+        if entry is None:
+            metrics.PRODUCER_CACHE_LOOKUPS.labels(result="absent").inc()
+            return None
+        producer = entry.value
+        if producer.continue_after_completion(observed):
+            metrics.PRODUCER_CACHE_LOOKUPS.labels(result="continued").inc()
+            return producer
+        log.info("cached producer of %r does not go on (the id shows %s): a new one takes the id over",
+                 transactional_id, observed)
+        metrics.PRODUCER_CACHE_LOOKUPS.labels(result="superseded").inc()
+        producer.close()
+        return None
+
+    def keep(self, config: Mapping[str, Any], producer: TwoPhaseProducer) -> None:
+        """Keep ``producer``, whose prepared transaction was handed over to a committer, for the next task on its
+        id; a producer in any other state, or with caching off, is closed."""
+        if self.idle_timeout_s <= 0 or producer.state is not State.PREPARED:
+            producer.close()
+            return
+        key = (config_key(config), producer.transactional_id)
+        previous = self._producers.pop(key, None)
+        if previous is not None:
+            previous.value.close()
+        self._producers[key] = _Entry(producer, self._clock())
+        self.evict_idle()
+
+    def evict_idle(self) -> None:
+        """Close what was unused for longer than the idle timeout (a client only once no cached producer uses it)."""
+        now = self._clock()
+        for key, entry in list(self._producers.items()):
+            if now - entry.last_used > self.idle_timeout_s:
+                del self._producers[key]
+                entry.value.close()
+        in_use = {config for config, _ in self._producers}
+        client_timeout = self.idle_timeout_s if self.idle_timeout_s > 0 else DEFAULT_IDLE_TIMEOUT_S
+        for config, client_entry in list(self._clients.items()):
+            if config not in in_use and now - client_entry.last_used > client_timeout:
+                del self._clients[config]
+                client_entry.value.close()
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def close(self) -> None:
+        """Close every cached producer and client."""
+        for entry in self._producers.values():
+            entry.value.close()
+        for client_entry in self._clients.values():
+            client_entry.value.close()
+        self._producers.clear()
+        self._clients.clear()

@@ -1,0 +1,115 @@
+"""The process's cache of clients and handed-over producers: what it gives back, what it closes, and when."""
+
+from kafka2pc import metrics
+from kafka2pc._core.messages import ObservedTransaction
+from kafka2pc._core.states import State
+from kafka2pc.sink import producer_cache
+from kafka2pc.sink.producer_cache import ProducerCache
+
+CONFIG = {"bootstrap.servers": "localhost:9092"}
+
+
+class FakeProducer:
+    def __init__(self, transactional_id, state=State.PREPARED, goes_on=True):
+        self.transactional_id, self.state, self.goes_on = transactional_id, state, goes_on
+        self.closed = False
+        self.looked_at = []
+
+    def continue_after_completion(self, observed):
+        self.looked_at.append(observed)
+        if self.goes_on:
+            self.state = State.READY
+        return self.goes_on
+
+    def close(self):
+        self.closed = True
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _count(result):
+    return metrics.sample("kafka2pc_producer_cache_lookups_total", result=result) or 0.0
+
+
+def test_a_kept_producer_goes_on_with_the_look_it_is_given():
+    cache = ProducerCache()
+    producer = FakeProducer("p-0-0")
+    cache.keep(CONFIG, producer)
+    look = ObservedTransaction("CompleteCommit", 1, 2)
+    before = _count("continued")
+    assert cache.take(CONFIG, "p-0-0", look) is producer
+    assert producer.looked_at == [look] and not producer.closed
+    assert _count("continued") == before + 1
+    assert cache.take(CONFIG, "p-0-0", look) is None  # taken: a second task never gets the same producer
+
+
+def test_one_that_may_not_go_on_is_closed_and_none_is_given():
+    cache = ProducerCache()
+    producer = FakeProducer("p-0-0", goes_on=False)
+    cache.keep(CONFIG, producer)
+    before = _count("superseded")
+    assert cache.take(CONFIG, "p-0-0", ObservedTransaction("Empty", 1, 3)) is None
+    assert producer.closed and _count("superseded") == before + 1
+
+
+def test_producers_are_kept_per_id_and_configuration():
+    cache = ProducerCache()
+    producer = FakeProducer("p-0-0")
+    cache.keep(CONFIG, producer)
+    assert cache.take(CONFIG, "p-0-4", None) is None
+    assert cache.take({**CONFIG, "client.id": "other"}, "p-0-0", None) is None
+    assert len(cache) == 1
+
+
+def test_only_a_prepared_producer_is_kept_and_none_with_caching_off():
+    cache = ProducerCache()
+    ready = FakeProducer("p-0-0", state=State.READY)
+    cache.keep(CONFIG, ready)
+    assert ready.closed and len(cache) == 0
+    off = ProducerCache(idle_timeout_s=0)
+    prepared = FakeProducer("p-0-0")
+    off.keep(CONFIG, prepared)
+    assert prepared.closed and len(off) == 0
+
+
+def test_a_newer_producer_of_the_id_replaces_the_older():
+    cache = ProducerCache()
+    old, new = FakeProducer("p-0-0"), FakeProducer("p-0-0")
+    cache.keep(CONFIG, old)
+    cache.keep(CONFIG, new)
+    assert old.closed and not new.closed and len(cache) == 1
+
+
+def test_idle_producers_and_then_their_clients_are_closed(monkeypatch):
+    clients = []
+
+    class FakeClient:
+        def __init__(self, *args, **kwargs):
+            self.closed = False
+            clients.append(self)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(producer_cache, "ClusterClient", FakeClient)
+    clock = Clock()
+    cache = ProducerCache(idle_timeout_s=60, clock=clock)
+    client = cache.client(CONFIG)
+    assert cache.client(CONFIG) is client
+    idle, busy = FakeProducer("p-0-0"), FakeProducer("p-1-0")
+    cache.keep(CONFIG, idle)
+    clock.now = 50
+    cache.keep(CONFIG, busy)
+    clock.now = 70  # idle unused for 70 s, busy for 20 s
+    cache.evict_idle()
+    assert idle.closed and not busy.closed and not client.closed  # a cached producer still uses the client
+    clock.now = 200
+    cache.evict_idle()
+    assert busy.closed and client.closed and len(cache) == 0
+    assert cache.client(CONFIG) is not client  # connected afresh
