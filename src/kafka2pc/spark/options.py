@@ -4,6 +4,7 @@ driver before anything is written. Spark passes option keys lower-cased."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -15,16 +16,30 @@ from kafka2pc.config import ProducerConfig
 from kafka2pc.config.keys import redacted_repr
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.producer_cache import DEFAULT_IDLE_TIMEOUT_S
 from kafka2pc.sink.storage import hadoop_setting, open_folder
 from kafka2pc.sink.write_keys import WriteKey
 
 KAFKA_PREFIX = "kafka."
 #: options Spark's Kafka sink has, or kafka2pc adds (lower-cased, as Spark passes them)
 SINK_OPTIONS = frozenset({"topic", "checkpointlocation", "transactionalidprefix", "transactionnamingstrategy",
-                          "twophasecommit", "includeheaders", "txnappid", "txnversion"})
+                          "twophasecommit", "includeheaders", "txnappid", "txnversion",
+                          "producercachetimeout"})
 #: producer settings kafka2pc chooses itself: the sink names its transactional ids
 _RESERVED = frozenset({"transactional.id"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+#: Spark's time units (JavaUtils.timeStringAs), in seconds
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+)\s*([a-z]*)\s*")
+
+
+def _duration_s(key: str, value: str) -> float:
+    """A Spark duration (``10m``, ``30s``, ``500ms``; a bare number is milliseconds, as Spark's
+    ``spark.kafka.producer.cache.timeout`` takes it), in seconds."""
+    match = _DURATION.fullmatch(value.lower())
+    if match is None or match.group(2) not in (*_UNITS, ""):
+        raise ConfigError(key, f"expected a duration such as 10m, 30s or 500ms, got {value!r}")
+    return int(match.group(1)) * _UNITS.get(match.group(2), 1e-3)
 
 
 def _bool(key: str, value: str) -> bool:
@@ -94,6 +109,8 @@ class SinkOptions:
     two_phase_commit: bool = True
     #: a batch write's idempotent-write key (options ``txnAppId`` and ``txnVersion``), None when not given
     write_key: WriteKey | None = None
+    #: option ``producerCacheTimeout``: how long an executor's Python worker keeps an unused producer
+    producer_cache_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -139,5 +156,7 @@ class SinkOptions:
         return cls(producer_config=producer, checkpoint_location=checkpoint_location("checkpointLocation", location),
                    topic=opts.get("topic") or None, prefix=prefix, naming=naming,
                    two_phase_commit=_bool("twoPhaseCommit", opts.get("twophasecommit", "true")),
-                   write_key=_write_key(opts, streaming=streaming))
+                   write_key=_write_key(opts, streaming=streaming),
+                   producer_cache_timeout_s=_duration_s("producerCacheTimeout",
+                                                        opts.get("producercachetimeout", "10m")))
 

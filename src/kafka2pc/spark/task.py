@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
 from kafka2pc.config.keys import redacted_repr
 from kafka2pc.errors import IdInUseError
-from kafka2pc.producer import TwoPhaseProducer
+from kafka2pc.producer import State, TwoPhaseProducer
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.producer_cache import DEFAULT_IDLE_TIMEOUT_S, ProducerCache
 from kafka2pc.spark.columns import Columns, RecordBatch, records
-from kafka2pc.spark.window import check_window
-from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
+from kafka2pc.spark.window import check_observed_window, check_window, window_id
+from kafka2pc.transaction_control import IN_FLUX, OPEN_STATES, ObservedTransaction, TransactionControl
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-#: a Python worker runs many tasks: they share connections to the cluster
-_CLIENTS: dict[tuple[tuple[str, str], ...], ClusterClient] = {}
+#: a Python worker runs many tasks one after another: they share its clients, and the producers they hand over
+_CACHE = ProducerCache()
 #: how long a task waits for the id's previous transaction to finish writing its markers
 _SETTLE_S = 10.0
 
@@ -46,6 +46,8 @@ class TaskPlan:
     window: str = ""
     #: a keyed batch write whose key is decided already (a replay): tasks write nothing
     skip: bool = False
+    #: option producerCacheTimeout: how long a worker keeps an unused producer (0: none)
+    producer_cache_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
 
 @attrs.frozen
@@ -62,25 +64,23 @@ class TaskMessage:
     transaction_version: int | None
     records: int
     two_phase_active: bool
+    #: the attempt went on with its worker's cached producer, without an InitProducerId
+    continued: bool = False
 
 
 def shared_client(config: Mapping[str, Any]) -> ClusterClient:
     """The worker's client for a cluster (created on first use)."""
-    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
-    client = _CLIENTS.get(key)
-    if client is None:
-        client = _CLIENTS[key] = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
-                                               bootstrap_timeout_s=max_block_ms(config) / 1000)
-    return client
+    return _CACHE.client(config)
 
 
-def _wait_until_free(control: TransactionControl, transactional_id: str) -> None:
-    """Refuse to start on an id with an open transaction (it belongs to another live attempt, or to one the next
-    planning cleans up); wait, bounded, for an ending one to write its markers."""
-    observed = control.wait_until_settled(transactional_id, within_s=_SETTLE_S)
-    if observed is not None and observed.state in OPEN_STATES:
-        raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({observed}); this "
-                           "attempt leaves it alone and stops, to be retried on another id")
+@attrs.frozen
+class TaskAttempt:
+    """Which task attempt runs, as its Spark ``TaskContext`` says."""
+
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    checkpoint: int
 
 
 def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMessage:
@@ -90,59 +90,91 @@ def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMe
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("write_partition runs in a Spark task")
-    partition, attempt = context.partitionId(), context.attemptNumber()
     checkpoint = plan.checkpoint
     if checkpoint is None:
         checkpoint = int(context.getLocalProperty("streaming.sql.batchId") or 0)
-    transactional_id = TransactionalIdGrammar(plan.prefix).format(partition,
-                                                                  plan.naming.attempt_counter(checkpoint, attempt))
-    who = f"attempt {attempt} of partition {partition} in checkpoint {checkpoint}"
-    producer: TwoPhaseProducer | None = None
-    written = 0
+    return write_attempt(plan, batches, TaskAttempt(context.partitionId(), context.attemptNumber(),
+                                                    context.taskAttemptId(), checkpoint))
+
+
+def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskAttempt) -> TaskMessage:
+    """:func:`write_partition` of a known attempt: its transaction prepared and handed over in the message."""
+    transactional_id = TransactionalIdGrammar(plan.prefix).format(
+        task.partition, plan.naming.attempt_counter(task.checkpoint, task.attempt))
+    who = f"attempt {task.attempt} of partition {task.partition} in checkpoint {task.checkpoint}"
+    _CACHE.idle_timeout_s = plan.producer_cache_timeout_s
+    rows = (batch for batch in batches if batch.num_rows)
+    pending = next(rows, None)
+    if pending is None:  # an empty partition opens nothing and hands nothing over
+        return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, transactional_id,
+                           "", None, 0, plan.two_phase_commit)
+    producer, continued = _open(plan, transactional_id, who)
+    written, checked = 0, False
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            first = producer is None
-            if producer is None:
-                producer = _open(plan, transactional_id, who)
-            for item in records(batch, plan.columns, plan.topic):
-                if isinstance(item, RecordBatch):
-                    producer.produce_batch(item.topic, item.values, item.keys)
-                else:
-                    producer.produce(item.topic, item.value, item.key, item.partition, item.headers)
-            written += batch.num_rows
-            if first:  # acknowledged, the transaction is known to its coordinator: a later move's cleanup lists it
+        while pending is not None:
+            _produce(producer, plan, pending)
+            written += pending.num_rows
+            pending = next(rows, None)
+            if pending is not None and not checked:
+                # acknowledged, the transaction is known to its coordinator: a later move's cleanup lists it.
+                # (A partition of one batch is checked once, after its prepare, which acknowledges the same.)
                 producer.flush()
                 _check_window(plan, who)
-        state = producer.prepare_transaction() if producer is not None else None
-        if producer is not None:
-            _check_window(plan, who)
+                checked = True
+        state = producer.prepare_transaction()
+        _check_window(plan, who)
     except BaseException:
-        if producer is not None:
-            _abort_quietly(producer)
+        _abort_quietly(producer)
         raise
-    if producer is not None:
-        producer.close()  # the prepared transaction stays open on the broker for the driver's decision
-    return TaskMessage(partition, attempt, context.taskAttemptId(), checkpoint, transactional_id,
-                       str(state) if state is not None else "", state.transaction_version if state else None,
-                       written, producer.two_phase_commit_active if producer is not None else plan.two_phase_commit)
+    _CACHE.keep(plan.producer_config, producer)  # the prepared transaction stays open for the driver's decision
+    return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, transactional_id,
+                       str(state), state.transaction_version, written, producer.two_phase_commit_active, continued)
 
 
-def _open(plan: TaskPlan, transactional_id: str, who: str) -> TwoPhaseProducer:
-    client = shared_client(plan.producer_config)
+def _produce(producer: TwoPhaseProducer, plan: TaskPlan, batch: pa.RecordBatch) -> None:
+    for item in records(batch, plan.columns, plan.topic):
+        if isinstance(item, RecordBatch):
+            producer.produce_batch(item.topic, item.values, item.keys)
+        else:
+            producer.produce(item.topic, item.value, item.key, item.partition, item.headers)
+
+
+def _open(plan: TaskPlan, transactional_id: str, who: str) -> tuple[TwoPhaseProducer, bool]:
+    """A producer with a transaction begun on ``transactional_id``, after one look at the id and at the window, and
+    whether it is the worker's cached one, gone on without an InitProducerId.
+
+    Refuses an id with an open transaction (it belongs to another live attempt, or to one the next planning cleans
+    up) and waits, bounded, for an ending one to write its markers; stops when the window moved (before any
+    InitProducerId, which would fence the id's holder)."""
+    client = _CACHE.client(plan.producer_config)
     control = TransactionControl(client)
-    _wait_until_free(control, transactional_id)
-    check_window(control, plan.prefix, plan.window, who)  # before InitProducerId, which fences the id's holder
-    producer = TwoPhaseProducer({**plan.producer_config, "transactional.id": transactional_id},
-                                two_phase_commit=plan.two_phase_commit, cluster=client)
+    ids = [transactional_id, window_id(plan.prefix)] if plan.window else [transactional_id]
+    looks = control.describe_all(ids)
+    for look in looks:
+        if isinstance(look, Exception):
+            raise look
+    seen = cast("ObservedTransaction | None", looks[0])
+    window = cast("ObservedTransaction | None", looks[-1]) if plan.window else None
+    if seen is not None and seen.state in IN_FLUX:
+        seen = control.wait_until_settled(transactional_id, within_s=_SETTLE_S)
+        window = control.describe(window_id(plan.prefix)) if plan.window else None
+    if seen is not None and seen.state in OPEN_STATES:
+        raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({seen}); this "
+                           "attempt leaves it alone and stops, to be retried on another id")
+    check_observed_window(window, plan.window, who)
+    producer = _CACHE.take(plan.producer_config, transactional_id, seen)
+    continued = producer is not None
+    if producer is None:
+        producer = TwoPhaseProducer({**plan.producer_config, "transactional.id": transactional_id},
+                                    two_phase_commit=plan.two_phase_commit, cluster=client)
     try:
-        producer.init_transactions()
+        if producer.state is State.UNINITIALIZED:
+            producer.init_transactions()
         producer.begin_transaction()
     except BaseException:
         producer.close()
         raise
-    return producer
+    return producer, continued
 
 
 def _check_window(plan: TaskPlan, who: str) -> None:

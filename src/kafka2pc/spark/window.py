@@ -17,7 +17,7 @@ killed between its first acknowledged write and the end of its own abort (docs/s
 from __future__ import annotations
 
 from kafka2pc.errors import BatchOverError
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transaction_control import ObservedTransaction, TransactionControl
 
 #: the suffix of the window's transactional id (outside the ``<prefix>-<partition>-<counter>`` grammar)
 SUFFIX = "window"
@@ -35,10 +35,13 @@ def move_window(control: TransactionControl, prefix: str) -> str:
 
 def check_window(control: TransactionControl, prefix: str, planned: str, attempt: str) -> None:
     """Raise :class:`BatchOverError` if the window is no longer ``planned`` (an empty ``planned`` checks nothing)."""
-    if not planned:
-        return
-    observed = control.describe(window_id(prefix))
-    if observed is None:  # every plan creates the window: gone, it expired (transactional.id.expiration.ms)
+    if planned:
+        check_observed_window(control.describe(window_id(prefix)), planned, attempt)
+
+
+def check_observed_window(observed: ObservedTransaction | None, planned: str, attempt: str) -> None:
+    """:func:`check_window` on a look at the window already taken (``observed``)."""
+    if not planned or observed is None:  # every plan creates the window: gone, it expired (expiration.ms)
         return
     if str(observed.identity) != planned:
         raise BatchOverError(f"{attempt}: the batch it writes for is over (the write window moved from {planned} to "

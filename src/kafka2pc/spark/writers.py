@@ -101,11 +101,14 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Run on the driver: decide and complete the batch."""
-        settlement, timings = SinkDriver(self._options).commit(_unwrap(messages), batchId)
-        log.info("batch %d: %s %d transaction(s); check %.1f ms, record %.1f ms, complete %.1f ms, cleanup %.1f ms",
+        unwrapped = _unwrap(messages)
+        settlement, timings = SinkDriver(self._options).commit(unwrapped, batchId)
+        log.info("batch %d: %s %d transaction(s); check %.1f ms, record %.1f ms, complete %.1f ms, cleanup %.1f ms; "
+                 "%d of %d task(s) went on with a cached producer",
                  batchId, "committed" if settlement.decided_now else "replay of a decided batch, aborted",
                  len(settlement.committed) if settlement.decided_now else len(settlement.aborted),
-                 1000 * timings.check, 1000 * timings.record, 1000 * timings.complete, 1000 * timings.cleanup)
+                 1000 * timings.check, 1000 * timings.record, 1000 * timings.complete, 1000 * timings.cleanup,
+                 sum(m.continued for m in unwrapped if m is not None), sum(1 for m in unwrapped if m is not None))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Run on the driver when Spark gives up on the batch."""

@@ -84,3 +84,18 @@ def test_a_scheme_less_path_is_refused_where_spark_resolves_it_elsewhere(tmp_pat
         "<configuration><property><name>fs.defaultFS</name><value>file:///</value></property></configuration>")
     assert checkpoint_location("k", "/ck", {"HADOOP_CONF_DIR": str(tmp_path)}) == "/ck"
     assert checkpoint_location("k", "/ck", {}) == "/ck"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10m", 600.0), ("30s", 30.0), ("1500", 1.5), ("500ms", 0.5),
+                                                ("2h", 7200.0), ("0", 0.0), (" 5 min ", 300.0)])
+def test_producer_cache_timeout_takes_spark_durations(text, seconds):
+    options = SinkOptions.from_options({**BASE, "producercachetimeout": text}, streaming=True)
+    assert options.producer_cache_timeout_s == seconds
+
+
+def test_producer_cache_timeout_defaults_to_sparks_ten_minutes_and_refuses_nonsense():
+    assert SinkOptions.from_options(BASE, streaming=True).producer_cache_timeout_s == 600.0
+    with pytest.raises(ConfigError, match=r"producerCacheTimeout.*duration such as 10m"):
+        SinkOptions.from_options({**BASE, "producercachetimeout": "ten minutes"}, streaming=True)
+    with pytest.raises(ConfigError, match="producerCacheTimeout"):
+        SinkOptions.from_options({**BASE, "producercachetimeout": "5 weeks"}, streaming=True)

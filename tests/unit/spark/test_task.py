@@ -11,8 +11,12 @@ import pytest
 pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
-from kafka2pc.errors import BatchOverError, IdInUseError  # noqa: E402
+from kafka2pc._core.messages import InitProducerId  # noqa: E402
+from kafka2pc.errors import BatchOverError, IdInUseError, ProducerFencedError  # noqa: E402
+from kafka2pc.prepared_state import PreparedTxnState  # noqa: E402
+from kafka2pc.sink import producer_cache  # noqa: E402
 from kafka2pc.sink.naming import TransactionNamingStrategy  # noqa: E402
+from kafka2pc.sink.producer_cache import ProducerCache  # noqa: E402
 from kafka2pc.spark import task  # noqa: E402
 from kafka2pc.spark.columns import Columns  # noqa: E402
 from kafka2pc.spark.window import move_window  # noqa: E402
@@ -40,7 +44,9 @@ class Context:
 def cluster(monkeypatch):
     transport = ModelTransport(CoordinatorModel(transaction_version=2, two_phase_enabled=True), Faults(),
                                topics={"out": 2})
-    monkeypatch.setattr(task, "shared_client", lambda config: transport)
+    cache = ProducerCache()
+    monkeypatch.setattr(cache, "client", lambda config: transport)
+    monkeypatch.setattr(task, "_CACHE", cache)
     return transport
 
 
@@ -50,9 +56,9 @@ def attempt(monkeypatch, partition=0, attempt=0):
     monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Context(partition, attempt)))
 
 
-def plan(window: str = "") -> task.TaskPlan:
+def plan(window: str = "", checkpoint: int = 7) -> task.TaskPlan:
     return task.TaskPlan({"bootstrap.servers": "m:1"}, "job", TransactionNamingStrategy.POOLING, True, "out",
-                         Columns(), 7, window)
+                         Columns(), checkpoint, window)
 
 
 def batch(*values: bytes):
@@ -99,7 +105,7 @@ def test_an_attempt_whose_batch_is_over_stops_and_aborts_what_it_opened(monkeypa
 
 def test_an_attempt_checks_the_window_once_its_first_write_is_acknowledged(monkeypatch, cluster):
     """The window moves while the first batch is being sent: the attempt stops as soon as that write is acknowledged
-    (before it reads more rows), so a cleanup that listed the prefix before the move cannot miss its transaction."""
+    (before it writes more rows), so a cleanup that listed the prefix before the move cannot miss its transaction."""
     attempt(monkeypatch)
     control = TransactionControl(cluster)
     planned = move_window(control, "job")
@@ -110,22 +116,126 @@ def test_an_attempt_checks_the_window_once_its_first_write_is_acknowledged(monke
         return send_produce(calls)
 
     monkeypatch.setattr(cluster, "send_produce", moving_send)
-    read = []
 
     def rows():
         yield batch(b"first")
-        read.append("second")
         yield batch(b"second")
+        yield batch(b"third")
 
     with pytest.raises(BatchOverError):
         task.write_partition(plan(planned), rows())
-    assert read == [] and cluster.model.open_transactions() == []
+    assert cluster.model.open_transactions() == []
+    assert [txn.records for txn in cluster.model.txns] == [[b"first"]]  # nothing after the first write was sent
+
+
+def test_a_partition_of_one_batch_is_checked_once_after_its_prepare(monkeypatch, cluster):
+    attempt(monkeypatch)
+    control = TransactionControl(cluster)
+    planned = move_window(control, "job")
+    looks = []
+    check = task.check_window
+    monkeypatch.setattr(task, "check_window", lambda *args: looks.append(args[-1]) or check(*args))
+    task.write_partition(plan(planned), iter([batch(b"only")]))
+    assert len(looks) == 1  # plus the one look before it began, taken with the id's in one round
 
 
 def test_a_tasks_cluster_client_waits_for_the_brokers_as_long_as_kafka_max_block_ms_says(monkeypatch):
     made = []
-    monkeypatch.setattr(task, "ClusterClient", lambda config, **kwargs: made.append(kwargs) or object())
-    monkeypatch.setattr(task, "_CLIENTS", {})
+    monkeypatch.setattr(producer_cache, "ClusterClient", lambda config, **kwargs: made.append(kwargs) or object())
+    monkeypatch.setattr(task, "_CACHE", ProducerCache())
     task.shared_client({"bootstrap.servers": "h:1", "max.block.ms": 2500, "linger.ms": 5})
     task.shared_client({"bootstrap.servers": "h:2"})
     assert [kwargs["bootstrap_timeout_s"] for kwargs in made] == [2.5, 60.0]
+
+
+# -- the worker's producer cache ---------------------------------------------------------------------------------------
+
+def _inits(transport) -> list:
+    """Record every InitProducerId the transport is asked to send."""
+    sent: list = []
+    execute, execute_all = transport.execute, transport.execute_all
+
+    def one(txn_id, command):
+        if isinstance(command, InitProducerId):
+            sent.append(txn_id)
+        return execute(txn_id, command)
+
+    def many(commands):
+        sent.extend(txn_id for txn_id, command in commands if isinstance(command, InitProducerId))
+        return execute_all(commands)
+
+    transport.execute, transport.execute_all = one, many
+    return sent
+
+
+def _commit(cluster, message):
+    TransactionControl(cluster).commit(message.transactional_id, PreparedTxnState.parse(message.state))
+
+
+def test_a_cached_producer_goes_on_without_an_init_producer_id_after_the_driver_committed(monkeypatch, cluster):
+    attempt(monkeypatch)
+    first = task.write_partition(plan(checkpoint=7), iter([batch(b"a")]))
+    _commit(cluster, first)  # the driver's EndTxn: v2 bumps the epoch
+    inits = _inits(cluster)
+    second = task.write_partition(plan(checkpoint=9), iter([batch(b"b")]))  # POOLING: the same id two batches on
+    assert second.transactional_id == first.transactional_id == "job-0-4"
+    assert inits == []
+    (pid, epoch), (pid2, epoch2) = (map(int, m.state.split(":")) for m in (first, second))
+    assert pid2 == pid and epoch2 == epoch + 1
+    _commit(cluster, second)
+    assert cluster.model.committed_records() == [b"a", b"b"]
+
+
+def test_a_cached_producer_whose_id_another_worker_took_over_is_dropped(monkeypatch, cluster):
+    attempt(monkeypatch)
+    mine = task._CACHE
+    _commit(cluster, task.write_partition(plan(checkpoint=7), iter([batch(b"a")])))
+    other = ProducerCache()
+    monkeypatch.setattr(other, "client", lambda config: cluster)
+    monkeypatch.setattr(task, "_CACHE", other)  # checkpoint 9 of this partition runs in another Python worker
+    _commit(cluster, task.write_partition(plan(checkpoint=9), iter([batch(b"b")])))
+    monkeypatch.setattr(task, "_CACHE", mine)
+    inits = _inits(cluster)
+    _commit(cluster, task.write_partition(plan(checkpoint=11), iter([batch(b"c")])))
+    assert inits == ["job-0-4"]  # its cached producer may not go on: a new one took the id over
+    assert cluster.model.committed_records() == [b"a", b"b", b"c"]
+
+
+def test_a_continued_producer_is_fenced_by_an_attempt_that_takes_its_id_over(monkeypatch, cluster):
+    """A zombie: the cached producer went on (its look showed its own transaction's end) and, before it writes,
+    another attempt on the same id starts in another worker: the newcomer's InitProducerId fences it, and nothing the
+    zombie writes commits."""
+    attempt(monkeypatch)
+    mine = task._CACHE
+    _commit(cluster, task.write_partition(plan(checkpoint=7), iter([batch(b"a")])))
+    other = ProducerCache()
+    monkeypatch.setattr(other, "client", lambda config: cluster)
+    outcome = {}
+    take = mine.take
+
+    def take_then_newcomer(*args):
+        producer = take(*args)
+        assert producer is not None  # it goes on
+        monkeypatch.setattr(task, "_CACHE", other)
+        outcome["newcomer"] = task.write_partition(plan(checkpoint=9), iter([batch(b"newcomer")]))
+        monkeypatch.setattr(task, "_CACHE", mine)
+        return producer
+
+    monkeypatch.setattr(mine, "take", take_then_newcomer)
+    with pytest.raises(ProducerFencedError):
+        task.write_partition(plan(checkpoint=9), iter([batch(b"zombie-1"), batch(b"zombie-2")]))
+    _commit(cluster, outcome["newcomer"])
+    assert cluster.model.committed_records() == [b"a", b"newcomer"]
+    assert cluster.model.open_transactions() == []
+
+
+def test_a_replayed_batch_goes_on_after_its_first_try_was_aborted_and_commits_once(monkeypatch, cluster):
+    attempt(monkeypatch)
+    task.write_partition(plan(checkpoint=7), iter([batch(b"a")]))  # the driver died before deciding
+    (aborted,) = TransactionControl(cluster).abort_all_ongoing([("job-0-4", None)])  # the next planning's cleanup
+    assert aborted is not None
+    inits = _inits(cluster)
+    replay = task.write_partition(plan(checkpoint=7), iter([batch(b"a")]))
+    assert inits == []  # the abort's end bumped the epoch: the cached producer goes on from there
+    _commit(cluster, replay)
+    assert cluster.model.committed_records() == [b"a"]
