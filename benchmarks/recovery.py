@@ -1,7 +1,8 @@
 """Sink recovery: how long LISTING recovery takes after 1, 5 and 10 consecutive crashed restarts of a P=8 job, and
 how many transactional ids the broker holds after 1000 checkpoints with POOLING and with INCREMENTING.
 
-    python benchmarks/recovery.py [--bootstrap HOST:PORT] [--subtasks 8] [--checkpoints 1000]
+    python benchmarks/recovery.py [--bootstrap HOST:PORT] [--subtasks 8] [--checkpoints 1000] [--crashes 1,5,10]
+                                  [--recovery-only]
 
 Each crashed restart is a real process running the sink workload: it recovers from the previous crash, then its P
 subtasks prepare the transactions of a new checkpoint, and it is SIGKILLed before the decision, leaving P open
@@ -80,15 +81,19 @@ def main() -> int:
     parser.add_argument("--bootstrap")
     parser.add_argument("--subtasks", type=int, default=8)
     parser.add_argument("--checkpoints", type=int, default=1000)
+    parser.add_argument("--crashes", default="1,5,10", help="comma-separated numbers of crashed restarts")
+    parser.add_argument("--recovery-only", action="store_true", help="skip the POOLING/INCREMENTING id count")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     with bootstrap_or_local(args.bootstrap) as bootstrap:
         print(f"recovery time, P={args.subtasks}, after consecutive crashed restarts (broker {bootstrap}):")
-        for crashes in (1, 5, 10):
+        for crashes in (int(n) for n in args.crashes.split(",")):
             seconds, aborted = recovery_after_crashes(bootstrap, args.subtasks, crashes)
             print(f"  after {crashes:2d} crash(es): recovery {seconds * 1000:7.1f} ms, "
                   f"{aborted} lingering transactions aborted", flush=True)
+        if args.recovery_only:
+            return 0
         print("\ntransactional ids the broker holds:")
         counts = {s: ids_after(bootstrap, s, args.subtasks, args.checkpoints) for s in TransactionNamingStrategy}
         pooling, incrementing = counts[TransactionNamingStrategy.POOLING], counts[

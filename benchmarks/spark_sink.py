@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -139,6 +140,74 @@ def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, 
     return 0
 
 
+RESTART_SINKS = ("kafka2pc (exactly-once)", "noop_arrow (Python sink, no 2PC)")
+PLANNED_LINE = re.compile(r"planned a batch in ([\d.]+) ms: checkpoint state ([\d.]+) ms, window move ([\d.]+) ms, "
+                          r"recovery ([\d.]+) ms")
+
+
+def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase: str) -> int:
+    """Run in a subprocess: ``first`` runs a streaming query until 3 micro-batches are done and stops it; ``restart``
+    starts it again on the same checkpoint and prints (JSON) the seconds from ``start()`` to its first completed
+    batch and that batch's ``durationMs``."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
+
+    spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-restart")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(NoopArrowSink)
+    writer = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 8000)
+              .option("numPartitions", PARTITIONS).load()
+              .selectExpr("CAST(value AS STRING) AS key", "to_json(named_struct('id', value)) AS value")
+              .writeStream.option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds"))
+    if sink.startswith("kafka2pc"):
+        writer = writer.format("kafka2pc").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+    else:
+        writer = writer.format("noop_arrow")
+    started = time.perf_counter()
+    query = writer.start()
+    first: float | None = None
+    progress: dict[str, Any] | None = None
+    deadline = time.monotonic() + 300
+    while query.isActive and time.monotonic() < deadline:  # bounded
+        progress = query.lastProgress
+        if phase == "restart" and progress is not None:
+            first = time.perf_counter() - started
+            break
+        if phase == "first" and progress is not None and progress["batchId"] >= 2:
+            break
+        time.sleep(0.02)
+    query.stop()
+    spark.stop()
+    print(json.dumps({"first_batch_s": first, "duration_ms": (progress or {}).get("durationMs", {})}))
+    return 0 if phase == "first" or first is not None else 1
+
+
+def restart_times(bootstrap: str, rounds: int, workdir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Per sink, per round: a query run for 3 batches, stopped, and started again; what its restart reported (plus,
+    for kafka2pc, its planning line)."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in RESTART_SINKS}
+    for round_number in range(rounds):
+        for name in RESTART_SINKS:
+            topic = create_topic(bootstrap, partitions=PARTITIONS)
+            checkpoint = str(workdir / f"restart-{round_number}-{name.split()[0]}")
+            report: dict[str, Any] = {}
+            for phase in ("first", "restart"):
+                driver = run_driver(__file__, ["--restart-driver", name, bootstrap, topic, checkpoint, phase],
+                                    env={"KAFKA2PC_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable},
+                                    log_dir=workdir / f"restart-{round_number}-{phase}-{name.split()[0]}")
+                if driver.wait(600) != 0:
+                    raise SystemExit(f"the {phase} run of {name} failed:\n{driver.output_tail()}")
+                report = json.loads(driver.stdout_path.read_text().strip().splitlines()[-1])
+            planned = PLANNED_LINE.findall(driver.stderr_path.read_text(errors="replace"))
+            report["planning_ms"] = [float(v) for v in planned[0]] if planned else None
+            results[name].append(report)
+            print(f"  round {round_number + 1}: {name:34s} first batch {report['first_batch_s']:.2f} s after start()",
+                  flush=True)
+    return results
+
+
 def commit_timings(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> list[tuple[float, ...]]:
     """(check, record, complete, cleanup) ms of each committed batch, from the driver's log."""
     topic = create_topic(bootstrap, partitions=PARTITIONS)
@@ -203,6 +272,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def report_restarts(bootstrap: str, rounds: int, workdir: Path) -> None:
+    """Print the restart figures of both sinks and where kafka2pc's first batch spends its time."""
+    print(f"\nrestart to the first completed batch ({rounds} rounds; a query run for 3 batches, "
+          "stopped, started again on its checkpoint; seconds from start()):", flush=True)
+    restarts = restart_times(bootstrap, rounds, workdir)
+    firsts = {name: statistics.median(r["first_batch_s"] for r in runs) for name, runs in restarts.items()}
+    for name, runs in restarts.items():
+        phases = {key: statistics.median(r["duration_ms"].get(key, 0) for r in runs)
+                  for key in ("queryPlanning", "latestOffset", "walCommit", "addBatch", "commitOffsets")}
+        print(f"  {name:34s} {firsts[name]:6.2f} s  (median durationMs of that batch: "
+              + ", ".join(f"{key} {value:.0f}" for key, value in phases.items()) + ")")
+    planning = [r["planning_ms"] for r in restarts[RESTART_SINKS[0]] if r["planning_ms"]]
+    if planning:
+        print("  kafka2pc's planning of that batch (median ms): " + ", ".join(
+            f"{label} {statistics.median(p[i] for p in planning):.1f}"
+            for i, label in enumerate(("total", "checkpoint state", "window move", "recovery"))))
+    ours, peer = firsts.values()
+    print(f"  kafka2pc - a Python sink without 2PC: {ours - peer:+.2f} s (goal <= +1 s)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
@@ -210,12 +299,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--rows-per-batch", type=int, default=8_000)
+    parser.add_argument("--restart-rounds", type=int, default=3)
     parser.add_argument("--streaming-driver", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--restart-driver", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if args.streaming_driver:
         bootstrap, topic, checkpoint, batches, rows_per_batch = args.streaming_driver
         return streaming_driver(bootstrap, topic, checkpoint, int(batches), int(rows_per_batch))
+    if args.restart_driver:
+        return restart_driver(*args.restart_driver)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
@@ -263,6 +356,7 @@ def main() -> int:
         two_pc = statistics.median(sum(t) for t in in_spark) / statistics.median(sum(t) for t in outside)
         print(f"  ({len(timings)} batches; goal: check + record + completions p50 <= 20 ms; in Spark / outside: "
               f"{two_pc:.2f}x)")
+        report_restarts(bootstrap, args.restart_rounds, Path(work))
     return 0
 
 

@@ -82,9 +82,15 @@ class SinkDriver:
     def plan(self, columns: Columns, *, streaming: bool) -> TaskPlan:
         """Before the tasks of a batch run: complete what a crashed run decided, abort everything else open under
         the prefix (no task of this batch has started; earlier ones are done or lost), and say what tasks need."""
+        started = time.monotonic()
         log_ = self.decision_log
+        opened = time.monotonic()
         window = move_window(self.control, self.state.prefix)  # attempts of earlier batches and runs stop writing
-        recover(self.control, self.state.prefix, log_, report_known=False)
+        moved = time.monotonic()
+        report = recover(self.control, self.state.prefix, log_, report_known=False)
+        log.info("planned a batch in %.1f ms: checkpoint state %.1f ms, window move %.1f ms, recovery %.1f ms "
+                 "(%d rolled forward, %d aborted)", 1000 * (time.monotonic() - started), 1000 * (opened - started),
+                 1000 * (moved - opened), 1000 * report.seconds, len(report.rolled_forward), len(report.aborted))
         checkpoint = None if streaming else (log_.last_checkpoint() or 0) + 1
         key = self.options.write_key
         skip = key is not None and self.write_key_verdict() is Verdict.ALREADY_DECIDED
@@ -92,7 +98,8 @@ class SinkDriver:
             log.info("txnAppId %r txnVersion %d is decided already at %s: this write writes nothing", key.app_id,
                      key.version, self.options.checkpoint_location)
         return TaskPlan(self.options.producer_config, self.state.prefix, self.options.naming,
-                        self.options.two_phase_commit, self.options.topic, columns, checkpoint, window, skip)
+                        self.options.two_phase_commit, self.options.topic, columns, checkpoint, window, skip,
+                        self.options.producer_cache_timeout_s)
 
     def write_key_verdict(self) -> Verdict:
         """Whether a keyed batch write writes (or is a replay of a decided one); a stale version raises

@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,8 +39,22 @@ class NoopArrowWriter(DataSourceArrowWriter):
         """Nothing to abort."""
 
 
+class NoopArrowStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming form: reads every batch of every micro-batch, writes nothing."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Count the task's rows."""
+        return RowsSeen(sum(batch.num_rows for batch in iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to commit."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to abort."""
+
+
 class NoopArrowSink(DataSource):
-    """``df.write.format("noop_arrow")`` after ``spark.dataSource.register(NoopArrowSink)``."""
+    """``df.write.format("noop_arrow")`` (or ``writeStream``) after ``spark.dataSource.register(NoopArrowSink)``."""
 
     @classmethod
     def name(cls) -> str:
@@ -45,3 +64,7 @@ class NoopArrowSink(DataSource):
     def writer(self, schema: Any, overwrite: bool) -> NoopArrowWriter:
         """A writer for one write."""
         return NoopArrowWriter()
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> NoopArrowStreamWriter:
+        """A writer for a streaming query."""
+        return NoopArrowStreamWriter()
