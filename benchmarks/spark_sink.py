@@ -146,9 +146,10 @@ PLANNED_LINE = re.compile(r"planned a batch in ([\d.]+) ms: checkpoint state ([\
 
 
 def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase: str) -> int:
-    """Run in a subprocess: ``first`` runs a streaming query until 3 micro-batches are done and stops it; ``restart``
-    starts it again on the same checkpoint and prints (JSON) the seconds from ``start()`` to its first completed
-    batch and that batch's ``durationMs``."""
+    """Run in a subprocess: ``first`` runs a streaming query until 3 micro-batches are done and stops it;
+    ``until-killed`` runs it on, saying when 3 are done, until it is SIGKILLed; ``restart`` starts it again on the
+    same checkpoint and prints (JSON) the seconds from ``start()`` to its first completed batch and that batch's
+    ``durationMs``."""
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
@@ -177,6 +178,8 @@ def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase
             break
         if phase == "first" and progress is not None and progress["batchId"] >= 2:
             break
+        if phase == "until-killed" and progress is not None and progress["batchId"] >= 2:
+            print("three batches done: kill me", flush=True)
         time.sleep(0.02)
     query.stop()
     spark.stop()
@@ -184,19 +187,24 @@ def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase
     return 0 if phase == "first" or first is not None else 1
 
 
-def restart_times(bootstrap: str, rounds: int, workdir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per sink, per round: a query run for 3 batches, stopped, and started again; what its restart reported (plus,
-    for kafka2pc, its planning line)."""
+def restart_times(bootstrap: str, rounds: int, workdir: Path, *, killed: bool) -> dict[str, list[dict[str, Any]]]:
+    """Per sink, per round: a query run for 3 batches, stopped (or SIGKILLed with its whole process group, a batch
+    in flight), and started again; what its restart reported (plus, for kafka2pc, its planning line)."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in RESTART_SINKS}
     for round_number in range(rounds):
         for name in RESTART_SINKS:
             topic = create_topic(bootstrap, partitions=PARTITIONS)
-            checkpoint = str(workdir / f"restart-{round_number}-{name.split()[0]}")
+            how = "killed" if killed else "stopped"
+            checkpoint = str(workdir / f"restart-{how}-{round_number}-{name.split()[0]}")
             report: dict[str, Any] = {}
-            for phase in ("first", "restart"):
+            for phase in ("until-killed" if killed else "first", "restart"):
                 driver = run_driver(__file__, ["--restart-driver", name, bootstrap, topic, checkpoint, phase],
                                     env={"KAFKA2PC_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable},
-                                    log_dir=workdir / f"restart-{round_number}-{phase}-{name.split()[0]}")
+                                    log_dir=workdir / f"restart-{how}-{round_number}-{phase}-{name.split()[0]}")
+                if phase == "until-killed":
+                    driver.wait_for_line("kill me", 300)
+                    driver.kill_group()
+                    continue
                 if driver.wait(600) != 0:
                     raise SystemExit(f"the {phase} run of {name} failed:\n{driver.output_tail()}")
                 report = json.loads(driver.stdout_path.read_text().strip().splitlines()[-1])
@@ -272,11 +280,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def report_restarts(bootstrap: str, rounds: int, workdir: Path) -> None:
+def report_restarts(bootstrap: str, rounds: int, workdir: Path, *, killed: bool) -> None:
     """Print the restart figures of both sinks and where kafka2pc's first batch spends its time."""
-    print(f"\nrestart to the first completed batch ({rounds} rounds; a query run for 3 batches, "
-          "stopped, started again on its checkpoint; seconds from start()):", flush=True)
-    restarts = restart_times(bootstrap, rounds, workdir)
+    how = "SIGKILLed (driver, JVM and Python workers) while it ran on" if killed else "stopped"
+    print(f"\nrestart to the first completed batch ({rounds} rounds; a query run for 3 batches, {how}, started "
+          "again on its checkpoint; seconds from start()):", flush=True)
+    restarts = restart_times(bootstrap, rounds, workdir, killed=killed)
     firsts = {name: statistics.median(r["first_batch_s"] for r in runs) for name, runs in restarts.items()}
     for name, runs in restarts.items():
         phases = {key: statistics.median(r["duration_ms"].get(key, 0) for r in runs)
@@ -356,7 +365,8 @@ def main() -> int:
         two_pc = statistics.median(sum(t) for t in in_spark) / statistics.median(sum(t) for t in outside)
         print(f"  ({len(timings)} batches; goal: check + record + completions p50 <= 20 ms; in Spark / outside: "
               f"{two_pc:.2f}x)")
-        report_restarts(bootstrap, args.restart_rounds, Path(work))
+        for killed in (False, True):
+            report_restarts(bootstrap, args.restart_rounds, Path(work), killed=killed)
     return 0
 
 
