@@ -197,7 +197,7 @@ class TwoPhaseProducer:
             raise TypeError(f"timestamp must be int milliseconds or None, got {type(timestamp).__name__}")
         try:  # not the _sending() context manager: this runs once per record
             self._sender.append(topic, value, key, partition, headers=header_list,
-                                timestamp=timestamp if timestamp is not None else _now_ms())
+                                timestamp=timestamp if timestamp is not None else int(_time() * 1000))
         except (*_FATAL_WRITE_ERRORS, TransactionAbortableError) as exc:
             self._write_failed(exc)
 
@@ -324,5 +324,8 @@ class TwoPhaseProducer:
         self.close()
 
 
+_time = time.time
+
+
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return int(_time() * 1000)

@@ -70,11 +70,12 @@ class RecordAccumulator:
             self._close(tp)
             current = self._new_open(tp, timestamp)
             record = encode_record(0, 0, key, value, headers)
+        size = len(record)
         current.parts.append(record)
         current.count += 1
-        current.size += len(record)
+        current.size += size
         current.max_timestamp = max(current.max_timestamp, timestamp)
-        self.buffered_bytes += len(record)
+        self.buffered_bytes += size
         self.buffered_records += 1
 
     def append_values(self, tp: TopicPartition, values: Sequence[bytes], keys: Sequence[bytes | None] | None,

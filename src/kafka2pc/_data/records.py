@@ -88,9 +88,15 @@ def _encode_headers(headers: Sequence[Header] | None) -> bytes:
 def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
                   headers: Sequence[Header] | None = None) -> bytes:
     """One record of a v2 batch, with its length prefix."""
-    body = b"".join((b"\x00", varint(timestamp_delta), varint(offset_delta), _bytes_field(key),
-                     _bytes_field(value), _encode_headers(headers)))
-    return varint(len(body)) + body
+    small, limit = _SMALL, _SMALL_LIMIT  # the varints of small numbers, inlined: this runs once per record
+    body = b"".join((
+        b"\x00", small[timestamp_delta] if 0 <= timestamp_delta < limit else varint(timestamp_delta),
+        small[offset_delta] if offset_delta < limit else varint(offset_delta),
+        _NULL if key is None else (small[len(key)] if len(key) < limit else varint(len(key))) + key,
+        _NULL if value is None else (small[len(value)] if len(value) < limit else varint(len(value))) + value,
+        _encode_headers(headers) if headers else _ZERO))
+    size = len(body)
+    return (small[size] if size < limit else varint(size)) + body
 
 
 def encode_values(values: Sequence[bytes], keys: Sequence[bytes | None] | None) -> bytes:

@@ -127,9 +127,11 @@ class RecordSender:
             return partition
         if key is not None:
             return key_partition(key, count)
-        current, filled = self._sticky.get(topic, (random.randrange(count), 0))
-        if filled >= self._config.batch_size:
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky[1] >= self._config.batch_size:
             current, filled = random.randrange(count), 0
+        else:
+            current, filled = sticky
         self._sticky[topic] = (current, filled + size)
         return current
 

@@ -49,6 +49,20 @@ def test_general_records_with_headers_and_nulls():
     assert (third.key, third.value, third.timestamp) == (b"", b"", 109)
 
 
+def test_records_round_trip_at_the_edges_of_the_small_varint_table():
+    """Deltas and lengths on both sides of 16384 (the table of precomputed varints), and a negative timestamp delta
+    (a record given an earlier timestamp than the batch's first)."""
+    cases = [(0, 0, None, b""), (1, -1, b"k", b"v"), (16383, 16383, b"k" * 16383, b"v" * 16383),
+             (16384, 16384, b"k" * 16384, b"v" * 16384), (16385, -70_000, b"", b"v" * 70_000),
+             (200_000, 3_600_000, None, None)]
+    body = b"".join(encode_record(offset, delta, key, value) for offset, delta, key, value in cases)
+    base = 1_700_000_000_000
+    records = list(DefaultRecordBatch(encode_batch(body, len(cases), base_timestamp=base,
+                                                   max_timestamp=base + 3_600_000, producer_id=1,
+                                                   producer_epoch=0, base_sequence=0)))
+    assert [(r.offset, r.timestamp - base, r.key, r.value) for r in records] == cases
+
+
 @pytest.mark.parametrize("codec_name", ["gzip"])
 def test_compressed_batch_round_trips(codec_name):
     values = [b"x" * 100] * 50
