@@ -42,11 +42,16 @@ from kafka2pc._core.messages import (
 from kafka2pc._core.versions import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc._data.produce import ProduceCall, ProduceReply
 from kafka2pc._wire.cluster_client import ClusterClient
+from kafka2pc._wire.connection_lanes import DEFAULT_WIDTH
 from kafka2pc._wire.listing import list_transactions
 from kafka2pc._wire.retrying import NOT_SENT, TRANSIENT
 from kafka2pc.errors import AuthorizationError, BrokerUnavailableError, KafkaProtocolError
 
 log = logging.getLogger(__name__)
+#: requests of one concurrent round at most: a broker's lanes times the five requests kafka-python keeps in flight on
+#: a connection. Beyond that a connection refuses to send ("Node paused: max_in_flight"), and the refused requests,
+#: sent again together, starved (256 aborts at once: some went unanswered for 60 s); a larger round goes in waves
+WAVE = DEFAULT_WIDTH * 5
 
 
 class KafkaTransport:
@@ -106,20 +111,24 @@ class KafkaTransport:
                 sent.append((index, txn_id, command, node))
             else:
                 answers[index] = node
-        if sent:
-            requests = [(_request(txn_id, command), node) for _, txn_id, command, node in sent]
-            try:
-                replies = self.client.send_concurrently(requests, keys=[txn_id for _, txn_id, _, _ in sent]).result(
-                    timeout=self.timeout_s)
-            except Exception as exc:  # the IO thread failed the round, or it timed out
-                log.debug("concurrent coordinator round failed: %r", exc)
-                self.client.abandon_spread_requests()  # none of it may still go out after it is sent again
-                replies = [exc] * len(sent)
-            for (index, txn_id, command, _), reply in zip(sent, replies, strict=True):
+        for start in range(0, len(sent), WAVE):  # bounded by len(sent)
+            wave = sent[start:start + WAVE]
+            for (index, txn_id, command, _), reply in zip(wave, self._send_wave(wave), strict=True):
                 answers[index] = self._lost(txn_id, reply) if isinstance(reply, Exception) else \
                     self._answer(txn_id, command, reply)
         return [answer if answer is not None else self.execute(txn_id, attrs.evolve(command, after_s=0.0))
                 for answer, (txn_id, command) in zip(answers, commands, strict=True)]
+
+    def _send_wave(self, wave: Sequence[tuple[int, str, Command, int]]) -> list[Any]:
+        """Send ``(index, transactional id, command, node)`` all at once; each one's response or error."""
+        requests = [(_request(txn_id, command), node) for _, txn_id, command, node in wave]
+        try:
+            return list(self.client.send_concurrently(requests, keys=[txn_id for _, txn_id, _, _ in wave]).result(
+                timeout=self.timeout_s))
+        except Exception as exc:  # the IO thread failed the round, or it timed out
+            log.debug("concurrent coordinator round failed: %r", exc)
+            self.client.abandon_spread_requests()  # none of it may still go out after it is sent again
+            return [exc] * len(wave)
 
     def _coordinator(self, transactional_id: str, command: Command) -> int | Answer:
         """The coordinator's node id, or the answer the command gets when it cannot be found."""
