@@ -36,7 +36,7 @@ lint: setup
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers:
 # the integration tests in order on one (tests/conftest.py groups them), the unit and model tests on the other.
 test: jars postgres lint
-	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 demo: jars
 	$(PY) examples/demo.py
