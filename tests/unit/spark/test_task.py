@@ -239,3 +239,43 @@ def test_a_replayed_batch_goes_on_after_its_first_try_was_aborted_and_commits_on
     assert inits == []  # the abort's end bumped the epoch: the cached producer goes on from there
     _commit(cluster, replay)
     assert cluster.model.committed_records() == [b"a"]
+
+
+def test_a_speculative_attempt_and_its_original_each_go_on_with_their_own_cached_producer(monkeypatch, cluster):
+    """Attempts 0 and 1 of one partition run at once in two workers, each of which cached the producer of its own
+    id two batches before: both go on without an InitProducerId, on different ids; the driver commits the winner
+    and its cleanup aborts the loser; the next time, both producers go on again (after a commit and an abort)."""
+    workers = {}
+    for number in (0, 1):
+        workers[number] = ProducerCache()
+        monkeypatch.setattr(workers[number], "client", lambda config: cluster)
+
+    def run(number, checkpoint, value):
+        attempt(monkeypatch, attempt=number)
+        monkeypatch.setattr(task, "_CACHE", workers[number])
+        return task.write_partition(plan(checkpoint=checkpoint), iter([batch(value)]))
+
+    control = TransactionControl(cluster)
+    inits = _inits(cluster)
+    for checkpoint in (7, 9, 11):
+        original, speculative = run(0, checkpoint, b"o%d" % checkpoint), run(1, checkpoint, b"s%d" % checkpoint)
+        assert (original.transactional_id, speculative.transactional_id) == ("job-0-4", "job-0-5")
+        assert original.continued == speculative.continued == (checkpoint > 7)
+        _commit(cluster, original)  # the winner
+        control.abort_all_ongoing([(speculative.transactional_id, None)])  # the commit's cleanup
+    assert sorted(inits) == ["job-0-4", "job-0-5"]  # one InitProducerId per id, at the first checkpoint only
+    assert cluster.model.committed_records() == [b"o7", b"o9", b"o11"]
+    assert cluster.model.open_transactions() == []
+
+
+def test_a_late_attempt_with_a_cached_producer_stops_before_writing(monkeypatch, cluster):
+    """A cached producer that may go on fences nobody: the window look before it is what stops a late attempt."""
+    attempt(monkeypatch)
+    control = TransactionControl(cluster)
+    _commit(cluster, task.write_partition(plan(move_window(control, "job"), checkpoint=7), iter([batch(b"a")])))
+    planned = move_window(control, "job")
+    move_window(control, "job")  # the batch this attempt was planned for is over before it starts
+    with pytest.raises(BatchOverError):
+        task.write_partition(plan(planned, checkpoint=9), iter([batch(b"late")]))
+    assert cluster.model.committed_records() == [b"a"] and cluster.model.open_transactions() == []
+    assert [txn.records for txn in cluster.model.txns] == [[b"a"]]  # nothing of it was sent
