@@ -40,12 +40,21 @@ def test_it_goes_on_at_the_epoch_the_committers_end_gave_and_commits_once(kafka,
     with producer(kafka.bootstrap_servers, txn_id) as p:
         p.init_transactions()
         first = _prepare(p, topic, b"a")
+        two_phase_timeout = control.describe_full(txn_id).timeout_ms
+        with producer(kafka.bootstrap_servers, new_txn_id(), two_phase_commit=False) as plain:
+            plain.init_transactions()
+            _prepare(plain, topic, b"plain")
+            assert control.describe_full(plain.transactional_id).timeout_ms != two_phase_timeout
+            plain.abort_transaction()
         control.commit(txn_id, first)  # another process (the Spark driver) ends it: v2 bumps the epoch
         assert p.continue_after_completion(_settled(control, txn_id))
         assert p.state is State.READY and p.producer_id_and_epoch == (first.producer_id, first.epoch + 1)
         second = _prepare(p, topic, b"b")
         assert (second.producer_id, second.epoch) == (first.producer_id, first.epoch + 1)
+        # the coordinator still runs it as a two-phase transaction (Enable2Pc was given once, at the init): no
+        # timeout that would abort it before the committer's decision
         assert p.two_phase_commit_active
+        assert control.describe_full(txn_id).timeout_ms == two_phase_timeout
         control.commit(txn_id, second)
         assert p.continue_after_completion(_settled(control, txn_id))
         third = _prepare(p, topic, b"c")
