@@ -33,10 +33,10 @@ lint: setup
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
 
-# The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers:
-# the integration tests in order on one (tests/conftest.py groups them), the unit and model tests on the other.
+# The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers,
+# each with its own brokers and Spark cluster, handed the tests longest first (tests/conftest.py).
 test: jars postgres lint
-	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n 2 --dist load --durations=25 $(PYTEST_ARGS)
 
 demo: jars
 	$(PY) examples/demo.py
