@@ -12,7 +12,13 @@
 3. the same Committer.settle of 8 prepared transactions from a plain Python process while Spark is stopped: what the
    driver's 2PC costs on this broker without Spark's processes competing for the CPUs (the peer of 2).
 
+4. the restart to the first completed batch, after a stop and after a SIGKILL, against a Python sink without 2PC.
+
+``--python-worker-reuse false`` runs all of it with ``spark.python.worker.reuse=false`` (a Python worker per task:
+no producer outlives its task); ``--restart-rounds 0`` leaves part 4 out.
+
     python benchmarks/spark_sink.py [--bootstrap HOST:PORT] [--rows 400000] [--rounds 3] [--batches 40]
+                                    [--restart-rounds 3] [--python-worker-reuse true|false]
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.verify import create_topic, end_offsets
 
 PARTITIONS = 8
+REUSE_ENV = "KAFKA2PC_BENCH_PYTHON_WORKER_REUSE"  # the drivers run in subprocesses: main passes the flag this way
+
+
+def worker_reuse() -> str:
+    """``spark.python.worker.reuse`` for every session of this run (Spark's default: true)."""
+    return os.environ.get(REUSE_ENV, "true")
 COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); check ([\d.]+) ms, record ([\d.]+) ms, "
                          r"complete ([\d.]+) ms, cleanup ([\d.]+) ms(?:; (\d+) of (\d+) task)?")
 
@@ -46,7 +58,8 @@ def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path,
     from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
     from kafka2pc.testing.spark import local_session, stop_session  # noqa: PLC0415
 
-    spark = local_session("kafka2pc-bench", cores=2, kafka_connector=True)
+    spark = local_session("kafka2pc-bench", cores=2, kafka_connector=True,
+                          conf={"spark.python.worker.reuse": worker_reuse()})
     try:
         df = (spark.range(rows, numPartitions=PARTITIONS)
               .select(F.col("id").cast("string").alias("key"),
@@ -128,7 +141,8 @@ def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, 
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-commit")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.python.worker.reuse", worker_reuse()).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
              .option("numPartitions", PARTITIONS).load()
@@ -157,7 +171,8 @@ def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase
     from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
 
     spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-restart")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.python.worker.reuse", worker_reuse()).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(NoopArrowSink)
     writer = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 8000)
@@ -304,6 +319,32 @@ def report_restarts(bootstrap: str, rounds: int, workdir: Path, *, killed: bool)
     print(f"  kafka2pc - a Python sink without 2PC: {ours - peer:+.2f} s (goal <= +1 s)")
 
 
+def report_driver_2pc(bootstrap: str, batches: int, rows_per_batch: int, workdir: Path) -> None:
+    """Print the driver's 2PC time per micro-batch in Spark and the same settle outside it."""
+    print(f"\ndriver 2PC time per micro-batch ({PARTITIONS} partitions, {rows_per_batch:,} rows per batch, "
+          f"{batches} batches):", flush=True)
+    timings = commit_timings(bootstrap, batches, rows_per_batch, workdir)
+    outside = settle_outside_spark(bootstrap, batches, rows_per_batch, workdir)
+    print(f"  {'':34s} {'in the Spark driver':>22s} {'same settle, no Spark':>24s}")
+    print(f"  {'':34s} {'p50':>10s} {'p99':>11s} {'p50':>11s} {'p99':>11s}")
+    in_spark = [t[:3] for t in timings]  # (check, record, complete), as ``outside``
+    for column, name in enumerate(("check (8 DescribeTransactions)", "decision record", "completions (8 EndTxn)",
+                                   "check + record + completions")):
+        driver_ms = [sum(t) if column == 3 else t[column] for t in in_spark]
+        peer_ms = [sum(t) if column == 3 else t[column] for t in outside]
+        print(f"  {name:34s} {percentile(driver_ms, 0.5):7.1f} ms {percentile(driver_ms, 0.99):8.1f} ms "
+              f"{percentile(peer_ms, 0.5):8.1f} ms {percentile(peer_ms, 0.99):8.1f} ms")
+    cleanup = [t[3] for t in timings]
+    continued, tasks = sum(t[4] for t in timings), sum(t[5] for t in timings)
+    if tasks:
+        print(f"  {'tasks that went on with a cached producer':34s} {continued} of {tasks} "
+              f"({100 * continued / tasks:.0f} %)")
+    print(f"  {'cleanup listing after':34s} {percentile(cleanup, 0.5):7.1f} ms {percentile(cleanup, 0.99):8.1f} ms")
+    two_pc = statistics.median(sum(t) for t in in_spark) / statistics.median(sum(t) for t in outside)
+    print(f"  ({len(timings)} batches; goal in Spark: check + record + completions p50 <= 15 ms, p99 <= 50 ms; "
+          f"in Spark / outside: {two_pc:.2f}x)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
@@ -311,11 +352,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--rows-per-batch", type=int, default=8_000)
-    parser.add_argument("--restart-rounds", type=int, default=3)
+    parser.add_argument("--restart-rounds", type=int, default=3, help="0: no restart measurement")
+    parser.add_argument("--python-worker-reuse", choices=("true", "false"), default="true",
+                        help="spark.python.worker.reuse for every session (default: Spark's, true)")
     parser.add_argument("--streaming-driver", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--restart-driver", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not (args.streaming_driver or args.restart_driver):
+        os.environ[REUSE_ENV] = args.python_worker_reuse
     if args.streaming_driver:
         bootstrap, topic, checkpoint, batches, rows_per_batch = args.streaming_driver
         return streaming_driver(bootstrap, topic, checkpoint, int(batches), int(rows_per_batch))
@@ -325,8 +370,8 @@ def main() -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
     with bootstrap_or_local(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="k2pc-bench-") as work:
-        print(f"broker {bootstrap}; {os.cpu_count()} CPUs; Spark local[2]; {args.rows:,} rows in {PARTITIONS} "
-              f"partitions, {args.rounds} rounds", flush=True)
+        print(f"broker {bootstrap}; {os.cpu_count()} CPUs; Spark local[2], spark.python.worker.reuse="
+              f"{worker_reuse()}; {args.rows:,} rows in {PARTITIONS} partitions, {args.rounds} rounds", flush=True)
         fixed: dict[str, list[float]] = {name: [] for name in SINKS}
         results = throughput(bootstrap, args.rows, args.rounds, Path(work), fixed)
         medians = {name: statistics.median(values) for name, values in results.items()}
@@ -350,29 +395,8 @@ def main() -> int:
             print(f"  {name:34s} {args.rows / seconds:>10,.0f} rows/s" if seconds > 0 else
                   f"  {name:34s}        n/a (a write took less than the fixed cost: too few rows to tell)")
 
-        print(f"\ndriver 2PC time per micro-batch ({PARTITIONS} partitions, {args.rows_per_batch:,} rows per batch, "
-              f"{args.batches} batches):", flush=True)
-        timings = commit_timings(bootstrap, args.batches, args.rows_per_batch, Path(work))
-        outside = settle_outside_spark(bootstrap, args.batches, args.rows_per_batch, Path(work))
-        print(f"  {'':34s} {'in the Spark driver':>22s} {'same settle, no Spark':>24s}")
-        print(f"  {'':34s} {'p50':>10s} {'p99':>11s} {'p50':>11s} {'p99':>11s}")
-        in_spark = [t[:3] for t in timings]  # (check, record, complete), as ``outside``
-        for column, name in enumerate(("check (8 DescribeTransactions)", "decision record", "completions (8 EndTxn)",
-                                       "check + record + completions")):
-            driver_ms = [sum(t) if column == 3 else t[column] for t in in_spark]
-            peer_ms = [sum(t) if column == 3 else t[column] for t in outside]
-            print(f"  {name:34s} {percentile(driver_ms, 0.5):7.1f} ms {percentile(driver_ms, 0.99):8.1f} ms "
-                  f"{percentile(peer_ms, 0.5):8.1f} ms {percentile(peer_ms, 0.99):8.1f} ms")
-        cleanup = [t[3] for t in timings]
-        continued, tasks = sum(t[4] for t in timings), sum(t[5] for t in timings)
-        if tasks:
-            print(f"  {'tasks that went on with a cached producer':34s} {continued} of {tasks} "
-                  f"({100 * continued / tasks:.0f} %)")
-        print(f"  {'cleanup listing after':34s} {percentile(cleanup, 0.5):7.1f} ms {percentile(cleanup, 0.99):8.1f} ms")
-        two_pc = statistics.median(sum(t) for t in in_spark) / statistics.median(sum(t) for t in outside)
-        print(f"  ({len(timings)} batches; goal: check + record + completions p50 <= 20 ms; in Spark / outside: "
-              f"{two_pc:.2f}x)")
-        for killed in (False, True):
+        report_driver_2pc(bootstrap, args.batches, args.rows_per_batch, Path(work))
+        for killed in (False, True) if args.restart_rounds > 0 else ():
             report_restarts(bootstrap, args.restart_rounds, Path(work), killed=killed)
     return 0
 
