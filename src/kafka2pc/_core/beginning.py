@@ -68,7 +68,9 @@ def identity_after_handover(held: ProducerIdentity, observed: ObservedTransactio
     exactly that end: the same producer id, ``Complete*`` at ``held``'s epoch + 1. Nobody else can hold that epoch:
     the end's sender never writes, and an InitProducerId since (a new holder) would have left the id ``Empty`` or at
     a later epoch. A look older than the id's latest change can only be one that makes this producer's first write
-    fenced, never one that lets two producers share an epoch."""
+    fenced, never one that lets two producers share an epoch. This rests on no other process ever sending an
+    InitProducerId that names ``held`` (Kafka answers it as a retry of the end's bump: the same epoch, unbumped);
+    kafka2pc's never do (docs/spark.md, "Producers kept between tasks")."""
     if transaction_version < 2 or observed is None or observed.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
         return None
     following = ProducerIdentity(held.producer_id, held.epoch + 1)

@@ -6,6 +6,10 @@ connection, and — transaction protocol v2 — without an InitProducerId: the p
 transaction, a committer ended it (which bumped the epoch), and the producer takes that epoch
 (:meth:`~kafka2pc.TwoPhaseProducer.continue_after_completion`). When the id shows anything else, the cached producer
 is dropped and the task takes the id over with a new one, which fences every earlier producer.
+
+A producer that asked for two-phase commit and fell back (brokers without it) is not kept: each task's new
+InitProducerId asks for Enable2Pc again, so a cluster that gains it is used from the next task on, instead of cached
+producers going on with transactions the broker times out.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class ProducerCache:
         self.idle_timeout_s = idle_timeout_s
         self._clock = clock
         self._clients: dict[ConfigKey, _Entry[ClusterClient]] = {}
-        self._producers: dict[tuple[ConfigKey, str], _Entry[TwoPhaseProducer]] = {}
+        self._producers: dict[tuple[ConfigKey, str, bool], _Entry[TwoPhaseProducer]] = {}
 
     def client(self, config: Mapping[str, Any]) -> ClusterClient:
         """The process's client for a cluster configuration (connected on first use)."""
@@ -66,11 +70,15 @@ class ProducerCache:
         entry.last_used = now
         return entry.value
 
-    def take(self, config: Mapping[str, Any], transactional_id: str,
-             observed: ObservedTransaction | None) -> TwoPhaseProducer | None:
+    def take(self, config: Mapping[str, Any], transactional_id: str, observed: ObservedTransaction | None, *,
+             two_phase_commit: bool) -> TwoPhaseProducer | None:
         """The cached producer of ``transactional_id``, READY to begin without an InitProducerId, when ``observed``
         (the id's look, taken now) lets it go on; None otherwise (a cached one that may not is closed)."""
-        entry = self._producers.pop((config_key(config), transactional_id), None)
+        key = config_key(config)
+        entry = self._producers.pop((key, transactional_id, two_phase_commit), None)
+        client_entry = self._clients.get(key)
+        if client_entry is not None:  # the caller is using it: never closed as idle under its look
+            client_entry.last_used = self._clock()
         self.evict_idle()
         if entry is None:
             metrics.PRODUCER_CACHE_LOOKUPS.labels(result="absent").inc()
@@ -85,13 +93,15 @@ class ProducerCache:
         producer.close()
         return None
 
-    def keep(self, config: Mapping[str, Any], producer: TwoPhaseProducer) -> None:
+    def keep(self, config: Mapping[str, Any], producer: TwoPhaseProducer, *, two_phase_commit: bool) -> None:
         """Keep ``producer``, whose prepared transaction was handed over to a committer, for the next task on its
-        id; a producer in any other state, or with caching off, is closed."""
-        if self.idle_timeout_s <= 0 or producer.state is not State.PREPARED:
+        id; a producer in any other state, one that fell back from two-phase commit, or any with caching off, is
+        closed."""
+        fell_back = two_phase_commit and not producer.two_phase_commit_active
+        if self.idle_timeout_s <= 0 or producer.state is not State.PREPARED or fell_back:
             producer.close()
             return
-        key = (config_key(config), producer.transactional_id)
+        key = (config_key(config), producer.transactional_id, two_phase_commit)
         previous = self._producers.pop(key, None)
         if previous is not None:
             previous.value.close()
@@ -105,7 +115,7 @@ class ProducerCache:
             if now - entry.last_used > self.idle_timeout_s:
                 del self._producers[key]
                 entry.value.close()
-        in_use = {config for config, _ in self._producers}
+        in_use = {config for config, _, _ in self._producers}
         client_timeout = self.idle_timeout_s if self.idle_timeout_s > 0 else DEFAULT_IDLE_TIMEOUT_S
         for config, client_entry in list(self._clients.items()):
             if config not in in_use and now - client_entry.last_used > client_timeout:

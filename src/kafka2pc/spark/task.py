@@ -126,7 +126,8 @@ def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskA
     except BaseException:
         _abort_quietly(producer)
         raise
-    _CACHE.keep(plan.producer_config, producer)  # the prepared transaction stays open for the driver's decision
+    # the prepared transaction stays open for the driver's decision
+    _CACHE.keep(plan.producer_config, producer, two_phase_commit=plan.two_phase_commit)
     return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, transactional_id,
                        str(state), state.transaction_version, written, producer.two_phase_commit_active, continued)
 
@@ -162,7 +163,7 @@ def _open(plan: TaskPlan, transactional_id: str, who: str) -> tuple[TwoPhaseProd
         raise IdInUseError(f"transactional id {transactional_id!r} has an open transaction ({seen}); this "
                            "attempt leaves it alone and stops, to be retried on another id")
     check_observed_window(window, plan.window, who)
-    producer = _CACHE.take(plan.producer_config, transactional_id, seen)
+    producer = _CACHE.take(plan.producer_config, transactional_id, seen, two_phase_commit=plan.two_phase_commit)
     continued = producer is not None
     if producer is None:
         producer = TwoPhaseProducer({**plan.producer_config, "transactional.id": transactional_id},

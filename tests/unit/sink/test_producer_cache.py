@@ -10,8 +10,9 @@ CONFIG = {"bootstrap.servers": "localhost:9092"}
 
 
 class FakeProducer:
-    def __init__(self, transactional_id, state=State.PREPARED, goes_on=True):
+    def __init__(self, transactional_id, state=State.PREPARED, goes_on=True, two_phase_commit_active=True):
         self.transactional_id, self.state, self.goes_on = transactional_id, state, goes_on
+        self.two_phase_commit_active = two_phase_commit_active
         self.closed = False
         self.looked_at = []
 
@@ -40,49 +41,50 @@ def _count(result):
 def test_a_kept_producer_goes_on_with_the_look_it_is_given():
     cache = ProducerCache()
     producer = FakeProducer("p-0-0")
-    cache.keep(CONFIG, producer)
+    cache.keep(CONFIG, producer, two_phase_commit=True)
     look = ObservedTransaction("CompleteCommit", 1, 2)
     before = _count("continued")
-    assert cache.take(CONFIG, "p-0-0", look) is producer
+    assert cache.take(CONFIG, "p-0-0", look, two_phase_commit=True) is producer
     assert producer.looked_at == [look] and not producer.closed
     assert _count("continued") == before + 1
-    assert cache.take(CONFIG, "p-0-0", look) is None  # taken: a second task never gets the same producer
+    # taken: a second task never gets the same producer
+    assert cache.take(CONFIG, "p-0-0", look, two_phase_commit=True) is None
 
 
 def test_one_that_may_not_go_on_is_closed_and_none_is_given():
     cache = ProducerCache()
     producer = FakeProducer("p-0-0", goes_on=False)
-    cache.keep(CONFIG, producer)
+    cache.keep(CONFIG, producer, two_phase_commit=True)
     before = _count("superseded")
-    assert cache.take(CONFIG, "p-0-0", ObservedTransaction("Empty", 1, 3)) is None
+    assert cache.take(CONFIG, "p-0-0", ObservedTransaction("Empty", 1, 3), two_phase_commit=True) is None
     assert producer.closed and _count("superseded") == before + 1
 
 
 def test_producers_are_kept_per_id_and_configuration():
     cache = ProducerCache()
     producer = FakeProducer("p-0-0")
-    cache.keep(CONFIG, producer)
-    assert cache.take(CONFIG, "p-0-4", None) is None
-    assert cache.take({**CONFIG, "client.id": "other"}, "p-0-0", None) is None
+    cache.keep(CONFIG, producer, two_phase_commit=True)
+    assert cache.take(CONFIG, "p-0-4", None, two_phase_commit=True) is None
+    assert cache.take({**CONFIG, "client.id": "other"}, "p-0-0", None, two_phase_commit=True) is None
     assert len(cache) == 1
 
 
 def test_only_a_prepared_producer_is_kept_and_none_with_caching_off():
     cache = ProducerCache()
     ready = FakeProducer("p-0-0", state=State.READY)
-    cache.keep(CONFIG, ready)
+    cache.keep(CONFIG, ready, two_phase_commit=True)
     assert ready.closed and len(cache) == 0
     off = ProducerCache(idle_timeout_s=0)
     prepared = FakeProducer("p-0-0")
-    off.keep(CONFIG, prepared)
+    off.keep(CONFIG, prepared, two_phase_commit=True)
     assert prepared.closed and len(off) == 0
 
 
 def test_a_newer_producer_of_the_id_replaces_the_older():
     cache = ProducerCache()
     old, new = FakeProducer("p-0-0"), FakeProducer("p-0-0")
-    cache.keep(CONFIG, old)
-    cache.keep(CONFIG, new)
+    cache.keep(CONFIG, old, two_phase_commit=True)
+    cache.keep(CONFIG, new, two_phase_commit=True)
     assert old.closed and not new.closed and len(cache) == 1
 
 
@@ -103,9 +105,9 @@ def test_idle_producers_and_then_their_clients_are_closed(monkeypatch):
     client = cache.client(CONFIG)
     assert cache.client(CONFIG) is client
     idle, busy = FakeProducer("p-0-0"), FakeProducer("p-1-0")
-    cache.keep(CONFIG, idle)
+    cache.keep(CONFIG, idle, two_phase_commit=True)
     clock.now = 50
-    cache.keep(CONFIG, busy)
+    cache.keep(CONFIG, busy, two_phase_commit=True)
     clock.now = 70  # idle unused for 70 s, busy for 20 s
     cache.evict_idle()
     assert idle.closed and not busy.closed and not client.closed  # a cached producer still uses the client
@@ -113,3 +115,42 @@ def test_idle_producers_and_then_their_clients_are_closed(monkeypatch):
     cache.evict_idle()
     assert busy.closed and client.closed and len(cache) == 0
     assert cache.client(CONFIG) is not client  # connected afresh
+
+
+def test_a_producer_that_fell_back_from_two_phase_commit_is_not_kept():
+    """Its id's next task sends a new InitProducerId, asking for Enable2Pc again: brokers that gained it are used
+    from then on, instead of a cached producer going on with transactions the broker times out."""
+    cache = ProducerCache()
+    fell_back = FakeProducer("p-0-0", two_phase_commit_active=False)
+    cache.keep(CONFIG, fell_back, two_phase_commit=True)
+    assert fell_back.closed and len(cache) == 0
+    plain = FakeProducer("p-0-0", two_phase_commit_active=False)  # two_phase_commit=False asked: kept
+    cache.keep(CONFIG, plain, two_phase_commit=False)
+    assert not plain.closed and len(cache) == 1
+
+
+def test_a_producer_is_given_only_to_a_task_asking_for_the_same_two_phase_commit():
+    cache = ProducerCache()
+    producer = FakeProducer("p-0-0")
+    cache.keep(CONFIG, producer, two_phase_commit=True)
+    look = ObservedTransaction("CompleteCommit", 1, 2)
+    assert cache.take(CONFIG, "p-0-0", look, two_phase_commit=False) is None
+    assert cache.take(CONFIG, "p-0-0", look, two_phase_commit=True) is producer
+
+
+def test_a_look_slower_than_the_idle_timeout_does_not_close_the_client_the_task_uses(monkeypatch):
+    class FakeClient:
+        def __init__(self, *args, **kwargs):
+            self.closed = False
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(producer_cache, "ClusterClient", FakeClient)
+    clock = Clock()
+    cache = ProducerCache(idle_timeout_s=0.6, clock=clock)
+    cache.keep(CONFIG, FakeProducer("p-0-0"), two_phase_commit=True)
+    client = cache.client(CONFIG)  # the task's look starts
+    clock.now = 5.0  # ... and takes longer than the timeout
+    producer = cache.take(CONFIG, "p-0-0", ObservedTransaction("CompleteCommit", 1, 2), two_phase_commit=True)
+    assert producer is not None and not client.closed  # the task goes on with it, on its open client

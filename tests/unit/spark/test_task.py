@@ -213,8 +213,8 @@ def test_a_continued_producer_is_fenced_by_an_attempt_that_takes_its_id_over(mon
     outcome = {}
     take = mine.take
 
-    def take_then_newcomer(*args):
-        producer = take(*args)
+    def take_then_newcomer(*args, **kwargs):
+        producer = take(*args, **kwargs)
         assert producer is not None  # it goes on
         monkeypatch.setattr(task, "_CACHE", other)
         outcome["newcomer"] = task.write_partition(plan(checkpoint=9), iter([batch(b"newcomer")]))
