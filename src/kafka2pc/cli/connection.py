@@ -15,7 +15,10 @@ from kafka2pc.errors import ConfigError
 def _config_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+        # the text may hold a secret typed with a space for '=': only its first word is shown
+        first = text.split(maxsplit=1)[0] if text.strip() else text
+        raise argparse.ArgumentTypeError(f"expected key=value, got {first!r}... without '=' (the rest is not shown: "
+                                         "it may be a secret)")
     return key.strip(), value.strip()
 
 

@@ -86,6 +86,11 @@ class ClientConfig:
             for key in ("sasl.username", "sasl.password"):
                 if key not in settings:
                     raise ConfigError(key, f"is required with sasl.mechanism={mechanism} (or give sasl.jaas.config)")
+        if not sasl:
+            stray_sasl = next((key for key in ("sasl.username", "sasl.password") if key in settings), None)
+            if stray_sasl is not None:
+                raise ConfigError(stray_sasl, f"is a SASL setting but security.protocol is {protocol} (set "
+                                              "SASL_SSL or SASL_PLAINTEXT, and sasl.mechanism)")
         _check_mechanism_support(mechanism, protocol, settings)
         tls = _tls(settings) if protocol.endswith("SSL") else None
         if tls is None and any(key.startswith("ssl.") or key.startswith("enable.ssl") for key in settings):
@@ -123,11 +128,12 @@ def _check_mechanism_support(mechanism: str | None, protocol: str, settings: Map
     if mechanism == "GSSAPI" and importlib.util.find_spec("gssapi") is None:
         raise ConfigError("sasl.mechanism", "GSSAPI needs the gssapi package: pip install 'kafka2pc[gssapi]'")
     handler = settings.get("sasl.login.callback.handler.class")
-    if handler is not None and str(handler) not in _OIDC_HANDLERS:
+    if handler is not None and str(handler).removeprefix(keys.SHADED_PREFIX) not in _OIDC_HANDLERS:
         raise ConfigError("sasl.login.callback.handler.class", "Java classes cannot run in kafka2pc; only "
                                                                "OAuthBearerLoginCallbackHandler (OIDC) is understood")
     client_handler = settings.get("sasl.client.callback.handler.class")
-    if client_handler is not None and (str(client_handler) != _MSK_HANDLER or mechanism != "AWS_MSK_IAM"):
+    if client_handler is not None and (str(client_handler).removeprefix(keys.SHADED_PREFIX) != _MSK_HANDLER
+                                       or mechanism != "AWS_MSK_IAM"):
         raise ConfigError("sasl.client.callback.handler.class", "only MSK's IAMClientCallbackHandler, with "
                                                                 "sasl.mechanism=AWS_MSK_IAM, is understood")
 
@@ -162,6 +168,11 @@ def _tls(settings: Mapping[str, object]) -> TlsSettings:
     if algorithm not in ("https", "none", ""):
         raise ConfigError("ssl.endpoint.identification.algorithm", f"expected https or none, got {algorithm!r}")
     low, high = _tls_versions(settings)
+    for password, needs in (("ssl.truststore.password", ("ssl.truststore.location",)),
+                            ("ssl.keystore.password", ("ssl.keystore.location",)),
+                            ("ssl.key.password", ("ssl.key.location", "ssl.key.pem", "ssl.keystore.location"))):
+        if password in settings and not any(key in settings for key in needs):
+            raise ConfigError(password, f"is given without {' or '.join(needs)}: nothing would use it")
     key_pem = _secret(settings, "ssl.key.pem")
     return TlsSettings(
         verify=values.boolean("enable.ssl.certificate.verification",
@@ -208,6 +219,8 @@ def _oauth(settings: Mapping[str, object]) -> OAuthSettings:
     window = values.fraction(0.5, 1.0)("sasl.login.refresh.window.factor",
                                        settings.get("sasl.login.refresh.window.factor", 0.8))
     if method == "oidc":
+        if settings.get("oauth_cb") is not None:
+            raise ConfigError("oauth_cb", "and sasl.oauthbearer.method=oidc are two token sources: give one")
         for key in ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
                     "sasl.oauthbearer.client.secret"):
             if key not in settings:

@@ -109,6 +109,11 @@ CONSUMER_ONLY = frozenset({
     "fetch.min.bytes", "fetch.max.bytes", "fetch.max.wait.ms", "fetch.wait.max.ms", "max.partition.fetch.bytes",
     "check.crcs", "exclude.internal.topics", "allow.auto.create.topics", "client.rack",
 })
+#: Schema Registry client settings (Confluent Cloud's client.properties carries them): kafka2pc takes bytes, so they
+#: are dropped with one INFO line too (never their values: basic.auth.user.info holds a secret)
+SCHEMA_REGISTRY_PREFIXES = ("schema.registry.", "basic.auth.", "bearer.auth.")
+#: kafka2pc's own names for what sasl.jaas.config options give (a canonical config may be read again)
+_DERIVED = frozenset({"_unsecured.sub", "_unsecured.lifetime.s"})
 _dropped_consumer_keys: set[str] = set()
 
 REFUSED: Mapping[str, str] = {
@@ -146,17 +151,21 @@ def canonical(config: Mapping[str, object]) -> dict[str, object]:
     out: dict[str, object] = {}
     given_as: dict[str, str] = {}
     for key, value in config.items():
-        if key in CONSUMER_ONLY:
+        if key in _DERIVED:
+            out[key] = value
+            continue
+        if key in CONSUMER_ONLY or key.startswith(SCHEMA_REGISTRY_PREFIXES):
             if key not in _dropped_consumer_keys:
                 _dropped_consumer_keys.add(key)
-                log.info("ignoring %r: a consumer setting, and kafka2pc only writes", key)
+                why = "a consumer setting" if key in CONSUMER_ONLY else "a Schema Registry setting (records are bytes)"
+                log.info("ignoring %r: %s, and kafka2pc only writes", key, why)
             continue
         if key in REFUSED:
             raise ConfigError(key, f"is not honoured: {REFUSED[key]}")
         spec = _BY_NAME.get(key)
         if spec is None:
             raise ConfigError(key, unknown_key_problem(key))
-        if spec.name in out and out[spec.name] != _wrapped(spec, value):
+        if spec.name in out and not _same(spec.name, out[spec.name], value):
             raise ConfigError(key, f"and {given_as[spec.name]} name the same setting with different values")
         out[spec.name] = _wrapped(spec, value)
         given_as[spec.name] = key
@@ -169,6 +178,15 @@ def unknown_key_problem(key: str) -> str:
     """'unknown configuration key', with the nearest accepted name when it looks like a slip."""
     near = difflib.get_close_matches(key, list(_BY_NAME) + list(REFUSED) + list(CONSUMER_ONLY), n=1, cutoff=0.75)
     return "unknown configuration key" + (f"; did you mean {near[0]!r}?" if near else "")
+
+
+def _same(name: str, one: object, other: object) -> bool:
+    """Whether two values given for one setting under two names mean the same (5 and "5", True and "true", acks -1
+    and all)."""
+    def plain(value: object) -> str:
+        text = str(value.reveal() if isinstance(value, Secret) else value).strip().lower()
+        return "all" if name == "acks" and text == "-1" else text
+    return plain(one) == plain(other)
 
 
 def _wrapped(spec: Key, value: object) -> object:
@@ -194,10 +212,19 @@ _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 _MSK = "software.amazon.msk.auth.iam.IAMLoginModule"
 _KRB5 = "com.sun.security.auth.module.Krb5LoginModule"
+#: the prefix of Kafka's classes as Databricks runtimes shade them (kafkashaded.org.apache.kafka...)
+SHADED_PREFIX = "kafkashaded."
+#: options of MSK's IAMLoginModule that kafka2pc does not read, and what to do instead
+_MSK_OPTION_ADVICE = {
+    "awsProfileName": "set the AWS_PROFILE environment variable on the driver and the executors instead "
+                      "(credentials come from the standard AWS chain)",
+    "awsRoleArn": "give the role through the standard AWS chain instead (a profile with role_arn in AWS_PROFILE, "
+                  "or AWS_ROLE_ARN with a web identity token)",
+}
 #: jaas option -> kafka2pc key, per login module
 _OPTIONS: Mapping[str, Mapping[str, str]] = {
     _PLAIN: {"username": "sasl.username", "password": "sasl.password"},
-    _SCRAM: {"username": "sasl.username", "password": "sasl.password", "tokenauth": ""},
+    _SCRAM: {"username": "sasl.username", "password": "sasl.password", "tokenauth": "_tokenauth"},
     _OAUTH: {"clientId": "sasl.oauthbearer.client.id", "clientSecret": "sasl.oauthbearer.client.secret",
              "scope": "sasl.oauthbearer.scope", "unsecuredLoginStringClaim_sub": "_unsecured.sub",
              "unsecuredLoginLifetimeSeconds": "_unsecured.lifetime.s"},
@@ -215,31 +242,44 @@ _MECHANISMS: Mapping[str, tuple[str, ...]] = {
 def _expand_jaas(out: dict[str, object]) -> None:
     text = out.pop("sasl.jaas.config")
     module = jaas.parse(text.reveal() if isinstance(text, Secret) else str(text))
-    names = _OPTIONS.get(module.class_name)
+    class_name = module.class_name.removeprefix(SHADED_PREFIX)
+    names = _OPTIONS.get(class_name)
     if names is None:
         raise ConfigError(jaas.KEY, f"login module {module.class_name!r} is not one kafka2pc reads; it reads "
                                     f"{', '.join(sorted(_OPTIONS))}")
-    mechanisms = _MECHANISMS[module.class_name]
+    short = class_name.rsplit(".", 1)[-1]
+    mechanisms = _MECHANISMS[class_name]
     mechanism = str(out.get("sasl.mechanism", "")).upper() or None
     if mechanism is None:
         if len(mechanisms) > 1:
-            raise ConfigError("sasl.mechanism", f"is required with {module.class_name.rsplit('.', 1)[-1]}: "
-                                                f"{' or '.join(mechanisms)}")
+            raise ConfigError("sasl.mechanism", f"is required with {short}: {' or '.join(mechanisms)}")
         out["sasl.mechanism"] = mechanisms[0]
     elif mechanism not in mechanisms:
-        raise ConfigError(jaas.KEY, f"{module.class_name.rsplit('.', 1)[-1]} serves {' or '.join(mechanisms)}, "
-                                    f"not sasl.mechanism={mechanism}")
+        raise ConfigError(jaas.KEY, f"{short} serves {' or '.join(mechanisms)}, not sasl.mechanism={mechanism}")
+    extensions = []
     for option, value in module.options.items():
+        if class_name == _OAUTH and option.startswith("extension_") and len(option) > len("extension_"):
+            extensions.append(f"{option.removeprefix('extension_')}={value}")  # as Java's login module sends them
+            continue
         if option not in names:
-            raise ConfigError(jaas.KEY, f"option {option!r} of {module.class_name.rsplit('.', 1)[-1]} is not one "
-                                        f"kafka2pc reads ({', '.join(sorted(names)) or 'it takes none'})")
+            advice = _MSK_OPTION_ADVICE.get(option) if class_name == _MSK else None
+            raise ConfigError(jaas.KEY, f"option {option!r} of {short} is not one kafka2pc reads ("
+                                        f"{advice or ', '.join(sorted(names)) or 'it takes none'})")
         target = names[option]
+        if target == "_tokenauth":
+            if str(value).strip().lower() == "true":
+                raise ConfigError(jaas.KEY, "tokenauth=true (SCRAM with a delegation token) is not supported")
+            continue
         if not target:
             continue
         wrapped = Secret(value) if is_secret(target) else value
         if target in out and out[target] != wrapped:
             raise ConfigError(jaas.KEY, f"option {option!r} contradicts {target}")
         out[target] = wrapped
+    if extensions:
+        if "sasl.oauthbearer.extensions" in out:
+            raise ConfigError(jaas.KEY, "extension_* options and sasl.oauthbearer.extensions both given: use one")
+        out["sasl.oauthbearer.extensions"] = ",".join(extensions)
 
 
 def markdown_table() -> str:

@@ -24,6 +24,7 @@ import attrs
 from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
+from kafka2pc.config.redaction import reveal
 from kafka2pc.producer import State, TwoPhaseProducer
 from kafka2pc.transaction_control import ObservedTransaction
 
@@ -37,7 +38,7 @@ ConfigKey = tuple[tuple[str, str], ...]
 
 def config_key(config: Mapping[str, Any]) -> ConfigKey:
     """The cache key of a client configuration (values as text; held in memory only, never shown)."""
-    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+    return tuple(sorted((str(k), str(reveal(v))) for k, v in config.items()))
 
 
 @attrs.define

@@ -12,8 +12,9 @@ from urllib.parse import urlparse
 
 import attrs
 
-from kafka2pc.config import ProducerConfig
+from kafka2pc.config import ProducerConfig, keys
 from kafka2pc.config.keys import redacted_repr
+from kafka2pc.config.redaction import Secret
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink.naming import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.producer_cache import DEFAULT_IDLE_TIMEOUT_S
@@ -116,6 +117,7 @@ class SinkOptions:
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
         """Validate Spark's options; a ConfigError names the first bad or unknown one."""
         opts = {str(k).lower(): str(v) for k, v in options.items()}
+        spelled = {str(k).lower(): str(k) for k in options}  # Spark hands options over lower-cased, or not
         if opts.get("asyncprogresstrackingenabled", "false").strip().lower() in _TRUE:
             raise ConfigError("asyncProgressTrackingEnabled", "exactly-once needs the offsets written before the batch "
                                                               "runs; async progress tracking writes them after it")
@@ -126,17 +128,18 @@ class SinkOptions:
                 name = key[len(KAFKA_PREFIX):]
                 if name in _RESERVED:
                     raise ConfigError(key, "is chosen by the sink (see transactionalIdPrefix)")
-                producer[name] = value
+                producer[name] = Secret(value) if keys.is_secret(name) else value
             elif key not in SINK_OPTIONS:
-                raise ConfigError(key, "unknown option of the kafka2pc sink (Kafka client settings take the "
+                raise ConfigError(spelled[key], "unknown option of the kafka2pc sink (Kafka client settings take the "
                                        "'kafka.' prefix, e.g. kafka.bootstrap.servers)")
-        if "bootstrap.servers" not in producer:
+        if "bootstrap.servers" not in producer and "metadata.broker.list" not in producer:
             raise ConfigError("kafka.bootstrap.servers", "is required")
         # the producer's own validation names a bad key (with the Spark prefix restored below)
         try:
             ProducerConfig.from_dict({**producer, "transactional.id": "x"}, two_phase_commit=True)
         except ConfigError as exc:
-            raise ConfigError(KAFKA_PREFIX + exc.key, str(exc).split(": ", 1)[-1]) from exc
+            problem = str(exc).split(": ", 1)[-1].replace("did you mean '", f"did you mean '{KAFKA_PREFIX}")
+            raise ConfigError(KAFKA_PREFIX + exc.key, problem) from exc
         location = opts.get("checkpointlocation")
         if not location:
             what = "the query" if streaming else "the write"

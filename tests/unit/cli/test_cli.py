@@ -48,3 +48,11 @@ def test_bad_config_is_a_clean_error(capsys):
 def test_unreachable_broker_is_a_clean_error(capsys):
     assert main(["doctor", "--bootstrap", "127.0.0.1:1", "--timeout", "1"]) == 1
     assert "no broker answered at 127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_a_config_pair_without_equals_is_refused_without_showing_its_value(capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["doctor", "--bootstrap", "h:1", "-X", "sasl.password SuperS3cretPW"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "expected key=value, got 'sasl.password'" in err
+    assert "SuperS3cretPW" not in err

@@ -61,10 +61,35 @@ def test_msk_iam_module():
     assert config.options["sasl_mechanism"] == "AWS_MSK_IAM"
 
 
-def test_msk_profile_option_is_not_read():
-    with pytest.raises(ConfigError, match="option 'awsProfileName' of IAMLoginModule is not one kafka2pc reads"):
+def test_msk_profile_option_is_not_read_and_the_message_says_what_to_do():
+    with pytest.raises(ConfigError, match="option 'awsProfileName' of IAMLoginModule is not one kafka2pc reads "
+                                          r"\(set the AWS_PROFILE environment variable"):
         ClientConfig.from_dict({**BASE, "sasl.jaas.config": 'software.amazon.msk.auth.iam.IAMLoginModule required '
                                                             'awsProfileName="p";'})
+
+
+def test_oauthbearer_extension_options_are_sasl_extensions():
+    """Confluent Cloud's Java snippet: extension_logicalCluster and extension_identityPoolId."""
+    config = ClientConfig.from_dict({
+        **BASE, "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+        "sasl.login.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                            'clientId="cid" clientSecret="cs-1234" scope="kafka" extension_logicalCluster="lkc-1" '
+                            'extension_identityPoolId="pool-1";'})
+    assert config.oauth is not None
+    assert config.oauth.extensions == (("logicalCluster", "lkc-1"), ("identityPoolId", "pool-1"))
+
+
+def test_databricks_shaded_login_modules_are_read_as_kafkas():
+    config = ClientConfig.from_dict({**BASE, "sasl.jaas.config": "kafkashaded." + PLAIN})
+    assert config.options["sasl_mechanism"] == "PLAIN" and config.options["sasl_plain_username"] == "alice"
+
+
+def test_scram_with_a_delegation_token_is_refused():
+    with pytest.raises(ConfigError, match="delegation token"):
+        ClientConfig.from_dict({**BASE, "sasl.mechanism": "SCRAM-SHA-256",
+                                "sasl.jaas.config": SCRAM.replace(";", ' tokenauth="true";')})
 
 
 def test_kerberos_module_needs_the_gssapi_extra_or_gives_its_keys():

@@ -90,6 +90,16 @@ def test_a_producer_key_given_to_a_client_only_command_says_so():
      "sasl.oauthbearer.token.endpoint.url", "is required"),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": "not callable"}, "oauth_cb",
      "expected a callable"),
+    # settings that would otherwise be dropped without a word (a user-level review of 2026-11-25)
+    ({"sasl.username": "u", "sasl.password": "pppp"}, "sasl.username", "security.protocol is PLAINTEXT"),
+    ({"security.protocol": "SSL", "sasl.password": "pppp"}, "sasl.password", "is a SASL setting"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": print,
+      "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": "https://idp/t",
+      "sasl.oauthbearer.client.id": "c", "sasl.oauthbearer.client.secret": "s3cret"}, "oauth_cb",
+     "two token sources"),
+    ({"security.protocol": "SSL", "ssl.key.password": "kp-1234"}, "ssl.key.password", "nothing would use it"),
+    ({"security.protocol": "SSL", "ssl.truststore.password": "tp-1234"}, "ssl.truststore.password",
+     "nothing would use it"),
 ])
 def test_contradictions_and_gaps_name_the_key(config, key, fragment):
     with pytest.raises(ConfigError) as info:
@@ -130,3 +140,29 @@ def test_consumer_settings_in_a_providers_snippet_are_dropped_with_one_info_line
         "ignoring 'session.timeout.ms': a consumer setting, and kafka2pc only writes"]
     with pytest.raises(ConfigError, match=r"did you mean 'session\.timeout\.ms'"):
         ClientConfig.from_dict({"bootstrap.servers": "h:1", "session.timeout.msec": 1})
+
+
+def test_two_names_with_the_same_value_are_no_contradiction():
+    base = {"bootstrap.servers": "h:1", "transactional.id": "t"}
+    config = ProducerConfig.from_dict({**base, "acks": "all", "request.required.acks": -1,
+                                       "delivery.timeout.ms": 120000, "message.timeout.ms": "120000",
+                                       "linger.ms": 5, "queue.buffering.max.ms": "5"}, two_phase_commit=True)
+    assert (config.delivery_timeout_ms, config.linger_ms) == (120_000, 5)
+    with pytest.raises(ConfigError, match="different values"):
+        ProducerConfig.from_dict({**base, "linger.ms": 5, "queue.buffering.max.ms": "6"}, two_phase_commit=True)
+
+
+def test_the_unsecured_oauthbearer_login_works_for_a_producer():
+    config = ProducerConfig.from_dict({
+        "bootstrap.servers": "h:1", "transactional.id": "t", "security.protocol": "SASL_PLAINTEXT",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                            'unsecuredLoginStringClaim_sub="alice";'}, two_phase_commit=True)
+    assert config.client.oauth is not None and config.client.oauth.unsecured_subject == "alice"
+
+
+def test_schema_registry_settings_are_dropped_like_consumer_settings(caplog):
+    keys._dropped_consumer_keys.discard("basic.auth.user.info")
+    with caplog.at_level("INFO", logger="kafka2pc"):
+        ClientConfig.from_dict({"bootstrap.servers": "h:1", "schema.registry.url": "https://sr",
+                                "basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": "k:sr-secret"})
+    assert "Schema Registry" in caplog.text and "sr-secret" not in caplog.text

@@ -52,9 +52,22 @@ def test_spark_options_and_task_plans_show_no_secret():
             'password="spark-secret-77";')
     options = SinkOptions.from_options({"kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SASL_SSL",
                                         "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": jaas,
+                                        "kafka.ssl.truststore.location": "/tmp/ts.p12",
                                         "kafka.ssl.truststore.password": "store-pass-88",
                                         "checkpointLocation": "/tmp/kafka2pc-unit"}, streaming=False)
     assert "spark-secret-77" not in repr(options) and "store-pass-88" not in repr(options)
+    # the mapping handed to tasks holds them as Secret too (its own repr is what a debugger or a log shows)
+    assert "spark-secret-77" not in repr(options.producer_config) and "store-pass-88" not in repr(
+        options.producer_config)
+    assert options.producer_config["ssl.truststore.password"].reveal() == "store-pass-88"
+    assert pickle.loads(pickle.dumps(dict(options.producer_config))) == dict(options.producer_config)
+
+
+def test_two_configurations_differing_only_in_a_password_share_no_cached_client():
+    from kafka2pc.sink.producer_cache import config_key  # noqa: PLC0415
+
+    one = {"sasl.password": Secret("one-password")}
+    assert config_key(one) != config_key({"sasl.password": Secret("other-password")})
 
 
 def test_a_producer_repr_says_what_it_is_and_holds_no_secret():

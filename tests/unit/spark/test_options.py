@@ -29,7 +29,8 @@ def test_spark_style_options_are_accepted():
     ({**BASE, "kafka.acks": "1"}, "kafka.acks", "must be all"),
     ({**BASE, "kafka.no.such.setting": "1"}, "kafka.no.such.setting", "unknown configuration key"),
     ({**BASE, "kafka.transactional.id": "x"}, "kafka.transactional.id", "chosen by the sink"),
-    ({**BASE, "startingoffsets": "earliest"}, "startingoffsets", "unknown option"),
+    ({**BASE, "startingOffsets": "earliest"}, "startingOffsets", "unknown option"),
+    ({**BASE, "kafka.sasl.jass.config": "x"}, "kafka.sasl.jass.config", "did you mean 'kafka.sasl.jaas.config'"),
     ({**BASE, "transactionnamingstrategy": "probing"}, "transactionNamingStrategy", "pooling or incrementing"),
     ({**BASE, "twophasecommit": "maybe"}, "twoPhaseCommit", "true or false"),
     ({**BASE, "transactionalidprefix": "-bad"}, "transactional.id.prefix", "must be 1-200 characters"),
@@ -99,3 +100,9 @@ def test_producer_cache_timeout_defaults_to_sparks_ten_minutes_and_refuses_nonse
         SinkOptions.from_options({**BASE, "producercachetimeout": "ten minutes"}, streaming=True)
     with pytest.raises(ConfigError, match="producerCacheTimeout"):
         SinkOptions.from_options({**BASE, "producercachetimeout": "5 weeks"}, streaming=True)
+
+
+def test_the_metadata_broker_list_alias_is_enough():
+    options = SinkOptions.from_options({"kafka.metadata.broker.list": "127.0.0.1:9092", "checkpointlocation": "/c"},
+                                       streaming=False)
+    assert options.producer_config == {"metadata.broker.list": "127.0.0.1:9092"}
