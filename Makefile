@@ -47,7 +47,7 @@ bench: jars
 
 # The kafka2pc Spark sink against Spark's own Kafka sink (rows/s), and the driver's 2PC time per micro-batch.
 bench-spark: jars
-	$(PY) benchmarks/spark_sink.py
+	$(PY) benchmarks/spark_sink.py $(BENCH_ARGS)
 
 # Dual write against a DB-only transaction and the outbox pattern's write side, on SQLite and PostgreSQL.
 bench-dual-write: jars postgres

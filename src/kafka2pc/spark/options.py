@@ -31,7 +31,9 @@ _RESERVED = frozenset({"transactional.id"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 #: Spark's time units (JavaUtils.timeStringAs), in seconds
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"\s*(\d+)\s*([a-z]*)\s*")
+_DURATION = re.compile(r"\s*([0-9]+)\s*([a-z]*)\s*")
+#: Spark's Kafka sink's names for what this sink's option producerCacheTimeout sets
+_SPARK_CACHE_TIMEOUT = frozenset({"spark.kafka.producer.cache.timeout", "kafka.producer.cache.timeout"})
 
 
 def _duration_s(key: str, value: str) -> float:
@@ -39,7 +41,8 @@ def _duration_s(key: str, value: str) -> float:
     ``spark.kafka.producer.cache.timeout`` takes it), in seconds."""
     match = _DURATION.fullmatch(value.lower())
     if match is None or match.group(2) not in (*_UNITS, ""):
-        raise ConfigError(key, f"expected a duration such as 10m, 30s or 500ms, got {value!r}")
+        raise ConfigError(key, f"expected a duration such as 10m, 30s or 500ms (a bare number is milliseconds; 0 "
+                               f"keeps no producers), got {value!r}")
     return int(match.group(1)) * _UNITS.get(match.group(2), 1e-3)
 
 
@@ -124,6 +127,9 @@ class SinkOptions:
         opts.pop("asyncprogresstrackingenabled", None)
         producer: dict[str, Any] = {}
         for key, value in opts.items():
+            if key in _SPARK_CACHE_TIMEOUT:
+                raise ConfigError(spelled[key], "is Spark's Kafka sink's setting; this sink's is the option "
+                                                "producerCacheTimeout")
             if key.startswith(KAFKA_PREFIX):
                 name = key[len(KAFKA_PREFIX):]
                 if name in _RESERVED:
