@@ -112,8 +112,6 @@ CONSUMER_ONLY = frozenset({
 #: Schema Registry client settings (Confluent Cloud's client.properties carries them): kafka2pc takes bytes, so they
 #: are dropped with one INFO line too (never their values: basic.auth.user.info holds a secret)
 SCHEMA_REGISTRY_PREFIXES = ("schema.registry.", "basic.auth.", "bearer.auth.")
-#: kafka2pc's own names for what sasl.jaas.config options give (a canonical config may be read again)
-_DERIVED = frozenset({"_unsecured.sub", "_unsecured.lifetime.s"})
 _dropped_consumer_keys: set[str] = set()
 
 REFUSED: Mapping[str, str] = {
@@ -151,9 +149,6 @@ def canonical(config: Mapping[str, object]) -> dict[str, object]:
     out: dict[str, object] = {}
     given_as: dict[str, str] = {}
     for key, value in config.items():
-        if key in _DERIVED:
-            out[key] = value
-            continue
         if key in CONSUMER_ONLY or key.startswith(SCHEMA_REGISTRY_PREFIXES):
             if key not in _dropped_consumer_keys:
                 _dropped_consumer_keys.add(key)
@@ -182,9 +177,13 @@ def unknown_key_problem(key: str) -> str:
 
 def _same(name: str, one: object, other: object) -> bool:
     """Whether two values given for one setting under two names mean the same (5 and "5", True and "true", acks -1
-    and all)."""
+    and all). Text is compared as written: a password or an id differing in case is another value."""
     def plain(value: object) -> str:
-        text = str(value.reveal() if isinstance(value, Secret) else value).strip().lower()
+        if isinstance(value, Secret):
+            return value.reveal()
+        text = str(value).strip()
+        if isinstance(value, bool) or name == "acks":
+            text = text.lower()
         return "all" if name == "acks" and text == "-1" else text
     return plain(one) == plain(other)
 
@@ -224,7 +223,7 @@ _MSK_OPTION_ADVICE = {
 #: jaas option -> kafka2pc key, per login module
 _OPTIONS: Mapping[str, Mapping[str, str]] = {
     _PLAIN: {"username": "sasl.username", "password": "sasl.password"},
-    _SCRAM: {"username": "sasl.username", "password": "sasl.password", "tokenauth": "_tokenauth"},
+    _SCRAM: {"username": "sasl.username", "password": "sasl.password", "tokenauth": ""},
     _OAUTH: {"clientId": "sasl.oauthbearer.client.id", "clientSecret": "sasl.oauthbearer.client.secret",
              "scope": "sasl.oauthbearer.scope", "unsecuredLoginStringClaim_sub": "_unsecured.sub",
              "unsecuredLoginLifetimeSeconds": "_unsecured.lifetime.s"},
@@ -265,11 +264,9 @@ def _expand_jaas(out: dict[str, object]) -> None:
             advice = _MSK_OPTION_ADVICE.get(option) if class_name == _MSK else None
             raise ConfigError(jaas.KEY, f"option {option!r} of {short} is not one kafka2pc reads ("
                                         f"{advice or ', '.join(sorted(names)) or 'it takes none'})")
+        if option == "tokenauth" and str(value).strip().lower() == "true":
+            raise ConfigError(jaas.KEY, "tokenauth=true (SCRAM with a delegation token) is not supported")
         target = names[option]
-        if target == "_tokenauth":
-            if str(value).strip().lower() == "true":
-                raise ConfigError(jaas.KEY, "tokenauth=true (SCRAM with a delegation token) is not supported")
-            continue
         if not target:
             continue
         wrapped = Secret(value) if is_secret(target) else value

@@ -18,7 +18,13 @@ PRODUCER_KEYS = keys.PRODUCER_KEYS
 def max_block_ms(config: Mapping[str, object]) -> int:
     """The ``max.block.ms`` of ``config`` (under any of its names), 60 s by default: how long a client made for it
     may wait for a broker."""
-    return values.positive("max.block.ms", keys.canonical(config).get("max.block.ms", 60_000))
+    return _max_block_ms(keys.canonical(config))
+
+
+def _max_block_ms(settings: Mapping[str, object]) -> int:
+    """:func:`max_block_ms` of settings already in kafka2pc's spelling (read again, sasl.jaas.config's expansion
+    would be refused: it is not a user's key)."""
+    return values.positive("max.block.ms", settings.get("max.block.ms", 60_000))
 
 
 @attrs.frozen
@@ -78,7 +84,7 @@ class ProducerConfig:
                 "compression.type", settings.get("compression.type", "none")),
             transaction_timeout_ms=None if timeout is None else values.positive("transaction.timeout.ms", timeout),
             delivery_timeout_ms=values.positive("delivery.timeout.ms", settings.get("delivery.timeout.ms", 120_000)),
-            max_block_ms=max_block_ms(settings),
+            max_block_ms=_max_block_ms(settings),
             retry_backoff_ms=values.non_negative("retry.backoff.ms", settings.get("retry.backoff.ms", 100)),
             max_request_size=values.positive("max.request.size", settings.get("max.request.size", 1_048_576)),
         )

@@ -150,6 +150,17 @@ def test_two_names_with_the_same_value_are_no_contradiction():
     assert (config.delivery_timeout_ms, config.linger_ms) == (120_000, 5)
     with pytest.raises(ConfigError, match="different values"):
         ProducerConfig.from_dict({**base, "linger.ms": 5, "queue.buffering.max.ms": "6"}, two_phase_commit=True)
+    with pytest.raises(ConfigError, match="different values"):  # text, and above all a secret, is case-sensitive
+        ClientConfig.from_dict({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                                "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                                "sasl.oauthbearer.token.endpoint.url": "https://idp/t",
+                                "sasl.oauthbearer.client.id": "c", "sasl.oauthbearer.client.secret": "Secret-1",
+                                "sasl.oauthbearer.client.credentials.client.secret": "secret-1"})
+
+
+def test_a_key_only_kafka2pc_uses_inside_is_not_a_users_key():
+    with pytest.raises(ConfigError, match="unknown configuration key"):
+        ClientConfig.from_dict({"bootstrap.servers": "h:1", "_unsecured.sub": "alice"})
 
 
 def test_the_unsecured_oauthbearer_login_works_for_a_producer():
