@@ -33,19 +33,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka2pc.testing.provider import bootstrap_or_local
 from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.verify import create_topic, end_offsets
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 PARTITIONS = 8
 REUSE_ENV = "KAFKA2PC_BENCH_PYTHON_WORKER_REUSE"  # the drivers run in subprocesses: main passes the flag this way
-
-
-def worker_reuse() -> str:
-    """``spark.python.worker.reuse`` for every session of this run (Spark's default: true)."""
-    return os.environ.get(REUSE_ENV, "true")
 COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); check ([\d.]+) ms, record ([\d.]+) ms, "
                          r"complete ([\d.]+) ms, cleanup ([\d.]+) ms(?:; (\d+) of (\d+) task)?")
 
@@ -136,14 +134,25 @@ def check_written(name: str, bootstrap: str, topic: str, rows: int) -> None:
                      f"{committed} after 30 s: transactions were left open, not committed")
 
 
-def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, rows_per_batch: int) -> int:
-    """Run in a subprocess: a rate-micro-batch query into kafka2pc until ``batches`` batches have committed."""
+def worker_reuse() -> str:
+    """``spark.python.worker.reuse`` for every session of this run (Spark's default: true)."""
+    return os.environ.get(REUSE_ENV, "true")
+
+
+def driver_session(app_name: str) -> SparkSession:
+    """The local[2] session of a streaming driver subprocess (no UI, errors only in its log)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-commit")
+    spark = (SparkSession.builder.master("local[2]").appName(app_name)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.python.worker.reuse", worker_reuse()).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def streaming_driver(bootstrap: str, topic: str, checkpoint: str, batches: int, rows_per_batch: int) -> int:
+    """Run in a subprocess: a rate-micro-batch query into kafka2pc until ``batches`` batches have committed."""
+    spark = driver_session("kafka2pc-bench-commit")
     query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
              .option("numPartitions", PARTITIONS).load()
              .selectExpr("CAST(value AS STRING) AS key", "to_json(named_struct('id', value)) AS value")
@@ -166,14 +175,9 @@ def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase
     ``until-killed`` runs it on, saying when 3 are done, until it is SIGKILLed; ``restart`` starts it again on the
     same checkpoint and prints (JSON) the seconds from ``start()`` to its first completed batch and that batch's
     ``durationMs``."""
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-
     from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafka2pc-bench-restart")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.python.worker.reuse", worker_reuse()).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("kafka2pc-bench-restart")
     spark.dataSource.register(NoopArrowSink)
     writer = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 8000)
               .option("numPartitions", PARTITIONS).load()

@@ -133,7 +133,7 @@ class SinkOptions:
             if key.startswith(KAFKA_PREFIX):
                 name = key[len(KAFKA_PREFIX):]
                 if name in _RESERVED:
-                    raise ConfigError(key, "is chosen by the sink (see transactionalIdPrefix)")
+                    raise ConfigError(spelled[key], "is chosen by the sink (see transactionalIdPrefix)")
                 producer[name] = Secret(value) if keys.is_secret(name) else value
             elif key not in SINK_OPTIONS:
                 raise ConfigError(spelled[key], "unknown option of the kafka2pc sink (Kafka client settings take the "
