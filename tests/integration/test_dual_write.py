@@ -401,3 +401,57 @@ def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_a
         first += count
     print(f"\n{len(rounds)} pool processes killed ({''.join(rounds)}), {POOL_THREADS} threads each: DB ids == Kafka "
           f"keys after each recovery ({len(database.ids())} orders)")
+
+
+CUT_AT = (2, 5, 8)
+
+
+@pytest.mark.timeout(120)
+def test_a_client_dropped_at_commit_while_postgres_commits_leaves_db_and_kafka_equal(postgres_dsn, kafka,
+                                                                                     topic_factory):
+    """Issue 28 (2): a pooler or proxy drops the client at its COMMIT and the server commits a moment later. Through
+    SQLAlchemy (which reconnects), the writer's read-back runs on a new session and sees the old token first. That
+    must mean "outcome unknown" (Kafka stays prepared), never "failed": then DB ids == read_committed keys after
+    recovery, every cut order in both."""
+    import sqlalchemy  # noqa: PLC0415
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: PLC0415
+
+    from kafka2pc.errors import DualWriteOutcomeUnknownError  # noqa: PLC0415
+    from kafka2pc.testing.pg_proxy import PgProxy  # noqa: PLC0415
+
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    server = conninfo_to_dict(postgres_dsn)
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    direct = f"{postgres_dsn} options='-c search_path={schema}'"
+    db = Database(direct, lambda: psycopg.connect(direct), "%s")
+    create_orders(db)
+    with PgProxy(str(server.get("host", "127.0.0.1")), int(server.get("port", 5432)), commit_delay_s=0.5) as proxy:
+        proxy.start()
+        proxied = make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port, sslmode="disable",
+                                gssencmode="disable", options=f"-c search_path={schema}")
+        engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(proxied))
+        writer = DualWriter(engine, {"bootstrap.servers": bootstrap, "transactional.id": f"cut-{schema}"})
+        writer.recover()
+        errors: dict[int, str] = {}
+        insert = sqlalchemy.text("INSERT INTO orders (id, amount) VALUES (:id, :amount)")
+        for order in range(10):
+            if order in CUT_AT:
+                proxy.cut_next_commit()
+            try:
+                with writer.transaction() as tx:
+                    tx.connection.execute(insert, {"id": order, "amount": order})
+                    tx.produce(topic, value=b"%d" % order, key=b"%d" % order)
+            except Exception as exc:
+                errors[order] = type(exc).__name__
+        writer.close()
+        engine.dispose()
+        assert proxy.wait_landed(len(CUT_AT))
+    recover(db, bootstrap, f"cut-{schema}")
+    db_ids, keys = db.ids(), kafka_keys(bootstrap, topic)
+    print(f"\n{proxy.commits_landed} COMMITs cut and landed later; errors {errors}; DB {db_ids}; Kafka {keys}")
+    assert db_ids == keys, f"DB {db_ids} != Kafka {keys} (errors {errors})"
+    assert db_ids == list(range(10))  # every cut COMMIT landed on the server
+    assert errors == dict.fromkeys(CUT_AT, DualWriteOutcomeUnknownError.__name__)
+    assert open_transaction_count(bootstrap, f"cut-{schema}") == 0

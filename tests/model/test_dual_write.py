@@ -4,12 +4,20 @@ that once lost an event the database committed, or left recovery or the writer s
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy
 
 from kafka2pc.dualwrite import DualWriter
-from kafka2pc.errors import DualWriteIncompleteError, DualWriteRecoveryError, ProducerFencedError
+from kafka2pc.errors import (
+    DualWriteIncompleteError,
+    DualWriteOutcomeUnknownError,
+    DualWriteRecoveryError,
+    ProducerFencedError,
+)
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 
@@ -22,7 +30,7 @@ class Cluster:
                                       first_epoch=first_epoch)
         self.transport = ModelTransport(self.model, Faults())
 
-    def writer(self, connection: sqlite3.Connection) -> DualWriter:
+    def writer(self, connection: Any) -> DualWriter:
         return DualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID, "linger.ms": 0},
                           transport=self.transport)
 
@@ -182,3 +190,95 @@ def test_a_writer_whose_completion_failed_never_takes_the_id_back_from_its_succe
     order(second, 3)  # the successor carries on, unfenced
     assert db_ids(path) == cluster.kafka_ids() == [1, 3]
     assert cluster.model.open_transactions() == []
+
+
+class CommitsAfterTheClientLeft(sqlite3.Connection):
+    """Armed, its COMMIT reaches the database after the client lost the connection: the client sees a disconnect at
+    once (SQLAlchemy invalidates the connection and reconnects), the commit lands ``DELAY_S`` later (a synchronous
+    standby slow to acknowledge, a pooler that dropped only the client side)."""
+
+    DELAY_S = 0.3
+    armed = False
+    landings: list[threading.Thread] = []  # noqa: RUF012 - the test's record of the delayed commits
+    dropped = False
+
+    def commit(self) -> None:
+        if not CommitsAfterTheClientLeft.armed:
+            self._check_open()
+            super().commit()
+            return
+        CommitsAfterTheClientLeft.armed = False
+        self.dropped = True
+        landing = threading.Timer(self.DELAY_S, self._land)
+        CommitsAfterTheClientLeft.landings.append(landing)
+        landing.start()
+        self._check_open()
+
+    def _land(self) -> None:
+        sqlite3.Connection.commit(self)
+        sqlite3.Connection.close(self)
+
+    def _check_open(self) -> None:
+        if self.dropped:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")  # SQLAlchemy's disconnect
+
+    def rollback(self) -> None:
+        self._check_open()
+        super().rollback()
+
+    def cursor(self, *args, **kwargs):
+        self._check_open()
+        return super().cursor(*args, **kwargs)
+
+    def close(self) -> None:
+        if not self.dropped:  # the client went away; the server's side commits, then closes (_land)
+            super().close()
+
+
+def test_a_commit_still_landing_when_the_client_lost_it_is_unknown_not_failed(tmp_path):
+    """Issue 28 (2): through SQLAlchemy, a COMMIT that fails with the connection may still land after the read-back,
+    which runs on a new session (SQLAlchemy reconnects) and sees the old token. That proves nothing: Kafka must stay
+    prepared for recovery, not be aborted — else the database has order 2 and Kafka never does."""
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    connect(path).close()
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}", creator=lambda: sqlite3.connect(
+        path, timeout=5, factory=CommitsAfterTheClientLeft, check_same_thread=False))
+    writer = cluster.writer(engine)
+    order(writer, 1)
+    CommitsAfterTheClientLeft.landings.clear()
+    with pytest.raises(Exception) as raised:
+        order(writer, 2, during=lambda: setattr(CommitsAfterTheClientLeft, "armed", True))
+    for landing in CommitsAfterTheClientLeft.landings:
+        landing.join(5)
+    assert db_ids(path) == [1, 2]  # the commit landed after the writer had given up on it
+    order(writer, 3)  # recovers first, under the row's lock: the database committed order 2, so Kafka commits it
+    writer.close()
+    cluster.writer(connect(path)).recover()
+    engine.dispose()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
+    assert cluster.model.open_transactions() == []
+    assert isinstance(raised.value, DualWriteOutcomeUnknownError), repr(raised.value)
+
+
+class CommitFailsOnALiveSession(sqlite3.Connection):
+    """Armed, its commit fails without committing and the connection stays usable (the database answered)."""
+
+    fail_next = False
+
+    def commit(self) -> None:
+        if CommitFailsOnALiveSession.fail_next:
+            CommitFailsOnALiveSession.fail_next = False
+            raise sqlite3.OperationalError("disk I/O error")
+        super().commit()
+
+
+def test_a_commit_that_failed_on_its_own_live_session_is_failed_not_unknown(tmp_path):
+    """The read-back on the session that sent the commit proves it failed: both rolled back, the driver's error."""
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(connect(path, CommitFailsOnALiveSession))
+    order(writer, 1)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        order(writer, 2, during=lambda: setattr(CommitFailsOnALiveSession, "fail_next", True))
+    assert cluster.model.open_transactions() == []  # aborted at once, not left prepared
+    order(writer, 3)
+    assert db_ids(path) == cluster.kafka_ids() == [1, 3]

@@ -37,6 +37,14 @@ class DbapiConnection:
         """The driver's own connection."""
         return self._dbapi
 
+    def session(self) -> Any:
+        """The driver connection statements run on now (None if there is none): another one after SQLAlchemy
+        reconnected is another database session."""
+        try:
+            return self.dbapi
+        except Exception:
+            return None
+
     def begin(self) -> None:
         """Before the first statement of a transaction (DB-API drivers begin implicitly)."""
 

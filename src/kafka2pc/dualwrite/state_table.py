@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from kafka2pc.dualwrite.connection import DbapiConnection
+from kafka2pc.dualwrite.outcome import ReadBack
 from kafka2pc.errors import ConfigError
 from kafka2pc.prepared_state import PreparedTxnState
 
@@ -199,9 +200,23 @@ class StateTable:
             self.connection.rollback()
         return None if row is None else _stored(row)
 
+    def read_back(self, transactional_id: str, token: str, session: Any) -> ReadBack:
+        """After a failed commit (rolled back here first): whether the row holds ``token``, and whether the read ran
+        on ``session``, the driver connection that sent the commit, still open."""
+        with contextlib.suppress(Exception):
+            self.connection.rollback()
+        try:
+            row = self.read(transactional_id)
+        except Exception:
+            return ReadBack(token_seen=None, same_session=False)
+        same = session is not None and self.connection.session() is session and not getattr(session, "closed", False)
+        return ReadBack(token_seen=row is not None and row.token == token, same_session=same)
+
     def is_definite_failure(self, exc: BaseException) -> bool:
         """Whether a failed commit certainly did not commit (a constraint, data or SQL error), as opposed to a lost
         connection whose commit may or may not have happened."""
+        if getattr(exc, "connection_invalidated", False):
+            return False  # SQLAlchemy took it for a disconnect
         definite = tuple(getattr(self.errors, name) for name in ("IntegrityError", "DataError", "ProgrammingError")
                          if hasattr(self.errors, name))
         return isinstance(exc, definite)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, ProducerConfig
 from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.outcome import CommitOutcome, judge_failed_commit
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import (
@@ -118,6 +119,12 @@ class DualWriter:
         never takes the id back from a writer that took it over: ProducerFencedError)."""
         self._recover(take_over=True)
 
+    def recover_unfinished(self) -> None:
+        """What ``transaction()`` does first when needed: settle this writer's unfinished transaction (a writer that
+        never recovered: the id's); ProducerFencedError rather than take the id back from a later writer."""
+        if self._needs_recovery:
+            self._recover(take_over=not self._owned)
+
     def _recover(self, *, take_over: bool) -> None:
         table, control = self._table, self._control()
         self._producer.close()  # in whatever state: a prepared transaction stays open for the decision below
@@ -189,8 +196,7 @@ class DualWriter:
             self._in_block = False
 
     def _transaction(self) -> Iterator[DualWriteTransaction]:
-        if self._needs_recovery:
-            self._recover(take_over=not self._owned)
+        self.recover_unfinished()
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
         if stored.owner != self._owner:
@@ -267,32 +273,24 @@ class DualWriter:
         self._db.commit()
 
     def _commit_database(self, prepared: PreparedTxnState, token: str) -> None:
+        session = self._db.session()
         try:
             self._db.commit()
         except Exception as exc:
-            committed = self._read_back(token)
-            if committed is True:
+            outcome = judge_failed_commit(self._table.read_back(self.transactional_id, token, session),
+                                          definite_error=self._table.is_definite_failure(exc))
+            if outcome is CommitOutcome.COMMITTED:
                 log.warning("%r: the database reported %r at commit, yet the commit landed", self.transactional_id,
                             exc)
                 return
-            if committed is False or self._table.is_definite_failure(exc):
+            if outcome is CommitOutcome.FAILED:
                 self._roll_back_both()
                 self._needs_recovery = False
                 raise
             raise DualWriteOutcomeUnknownError(f"{self.transactional_id!r}: the database commit's outcome is unknown "
-                                               f"({exc}); Kafka transaction {prepared} stays prepared until recover() "
-                                               "on a working connection settles it") from exc
-
-    def _read_back(self, token: str) -> bool | None:
-        """After a failed commit: whether it landed (the row holds this transaction's token); None if the
-        connection cannot tell."""
-        try:
-            with contextlib.suppress(Exception):
-                self._db.rollback()
-            row = self._table.read(self.transactional_id)
-        except Exception:
-            return None
-        return row is not None and row.token == token
+                                               f"({exc}); Kafka transaction {prepared} stays prepared until a "
+                                               "recovery (the writer's next transaction(), or recover()) settles it "
+                                               "by what the database holds") from exc
 
     def _roll_back_both(self) -> None:
         with contextlib.suppress(Exception):
