@@ -3,12 +3,21 @@ whose connection broke at commit is replaced and its transaction settled, and a 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 
 import pytest
 
-from kafka2pc.dualwrite import DualWriteOutcomeUnknownError, DualWriter, DualWriterPool, PoolTimeoutError
+from kafka2pc.dualwrite import (
+    DualWriteIncompleteError,
+    DualWriteOutcomeUnknownError,
+    DualWriter,
+    DualWriteRecoveryError,
+    DualWriterPool,
+    PoolTimeoutError,
+    state_table_ddl,
+)
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 from .test_dual_write import connect, db_ids
@@ -139,3 +148,102 @@ def test_a_pool_lends_each_writer_to_one_thread_at_a_time(tmp_path):
         thread.join(timeout=60)
     pool.close()
     assert len(lent) == 80 and len(set(lent)) <= 2
+
+
+def fence(cluster: Cluster, path, transactional_id: str) -> None:
+    """Another writer takes the id over (a second process with the same prefix, or an operator's recovery)."""
+    DualWriter(connect(path), {**cluster.config, "transactional.id": transactional_id},
+               transport=cluster.transport).recover()
+
+
+def lose_the_completion(cluster: Cluster, pool: DualWriterPool, order_id: int) -> None:
+    """The DB commits the order; its EndTxn never arrives (DualWriteIncompleteError)."""
+    with pytest.raises(DualWriteIncompleteError), pool.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (?)", (order_id,))
+        tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
+        cluster.transport.faults.dropped_requests.extend([True] * 5)
+    cluster.transport.faults.dropped_requests.clear()
+
+
+@pytest.mark.parametrize("trouble", ["fenced", "needs an operator"])
+def test_a_writer_whose_id_is_fenced_or_needs_an_operator_is_benched_and_the_others_serve(tmp_path, trouble):
+    """Issue 28 (3): the free list is last-in-first-out, so a writer that fails every transaction went back on top
+    and took every request (1 of 4 ids fenced: 20 of 20 requests failed). It is benched; the 3 others serve."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: connect(path), size=4)
+    top = "shop-3"  # the last writer put on the free list: the next one lent
+    if trouble == "fenced":
+        fence(cluster, path, top)
+    else:  # order 0's completion is lost, then the coordinator forgets the id: recovery cannot confirm order 0
+        lose_the_completion(cluster, pool, 0)
+        del cluster.model.ids[top]
+    served, failed = 0, []
+    for order_id in range(1, 21):
+        try:
+            order(pool, order_id)
+            served += 1
+        except Exception as exc:
+            failed.append(type(exc).__name__)
+    print(f"\n{trouble}: {served} of 20 served, failed: {failed}")
+    assert served == 20, failed
+    assert list(pool.benched) == [top]
+    pool.close()
+    assert [i for i in db_ids(path) if i] == cluster.kafka_ids() == list(range(1, 21))
+
+
+@pytest.mark.parametrize("left", ["an unfinished completion", "a commit of unknown outcome"])
+def test_close_settles_what_a_writer_left_unfinished(tmp_path, left):
+    """Issue 28 (pool): closing after DualWriteIncompleteError or DualWriteOutcomeUnknownError left the prepared
+    transaction open (pinning the partitions' LSO) until a pool with the prefix started again."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: connect(path, BreaksAtCommit), size=2)
+    order(pool, 1)
+    if left == "an unfinished completion":
+        lose_the_completion(cluster, pool, 2)
+        expected = [1, 2]
+    else:
+        BreaksAtCommit.break_next = True
+        with pytest.raises(DualWriteOutcomeUnknownError):
+            order(pool, 2)
+        expected = [1]
+    assert len(cluster.model.open_transactions()) == 1
+    pool.close()
+    assert cluster.model.open_transactions() == []
+    assert db_ids(path) == cluster.kafka_ids() == expected
+
+
+def test_close_says_so_when_it_cannot_settle(tmp_path, caplog):
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: connect(path), size=1)
+    lose_the_completion(cluster, pool, 1)
+    cluster.transport.faults.dropped_requests.extend([True] * 50)  # the broker still away at close
+    caplog.set_level(logging.WARNING, logger="kafka2pc.dualwrite.pool")
+    pool.close()
+    cluster.transport.faults.dropped_requests.clear()
+    assert any("shop-0" in r.getMessage() and "stays prepared" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+    assert len(cluster.model.open_transactions()) == 1  # left for the next pool with the prefix, which settles it
+    cluster.pool(lambda: connect(path), size=1).close()
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+
+
+def test_a_writer_whose_recovery_fails_at_the_pools_start_is_closed(tmp_path):
+    """Issue 28 (pool): the writer whose recovery raised in __init__ was never closed (its client and connection
+    leaked); the ones recovered before it were."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    with sqlite3.connect(path) as setup:
+        setup.execute(state_table_ddl())
+        setup.execute("INSERT INTO kafka2pc_dual_write_state (transactional_id, owner, prepared_state, "
+                      "transaction_version, completed, two_phase) VALUES ('shop-1', 'gone', '987654:3', 2, 0, 1)")
+    made: list[sqlite3.Connection] = []
+
+    def make_connection() -> sqlite3.Connection:
+        made.append(connect(path))
+        return made[-1]
+
+    with pytest.raises(DualWriteRecoveryError, match="no longer knows"):
+        cluster.pool(make_connection, size=3)
+    assert len(made) == 2
+    for connection in made:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            connection.execute("SELECT 1")

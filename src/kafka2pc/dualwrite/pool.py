@@ -2,7 +2,8 @@
 
 A DualWriter is one transactional id and one connection, used by one thread at a time. The pool holds ``size``
 of them, ids ``<transactional.id>-0`` .. ``-<size-1>``, each with a connection of its own, recovers every id when it
-starts, and lends a free writer to each ``transaction()``."""
+starts, and lends a free writer to each ``transaction()``. A writer whose id another writer took over, or whose id
+needs an operator, is benched: the others go on serving. Closing settles what a writer left unfinished."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
-from kafka2pc.errors import ConfigError, DualWriteOutcomeUnknownError, PoolTimeoutError
+from kafka2pc.errors import (
+    ConfigError,
+    DualWriteIncompleteError,
+    DualWriteOutcomeUnknownError,
+    DualWriteRecoveryError,
+    PoolTimeoutError,
+    ProducerFencedError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +56,21 @@ class DualWriterPool:
         self._free: queue.LifoQueue[DualWriter] = queue.LifoQueue()
         self._lock = threading.Lock()
         self._writers: dict[str, DualWriter] = {}
+        #: ids taken out of service, with the error that benched them: ProducerFencedError (another writer took the
+        #: id over) or DualWriteRecoveryError (it needs an operator)
+        self.benched: dict[str, Exception] = {}
+        #: ids whose last transaction ended unfinished (DualWriteIncompleteError, DualWriteOutcomeUnknownError)
+        self._unsettled: set[str] = set()
         self._closed = False
         try:
             for transactional_id in self.transactional_ids:
                 writer = self._new_writer(transactional_id)
                 self._writers[transactional_id] = writer
-                writer.recover()
+                try:
+                    writer.recover()
+                except BaseException:
+                    self._close_quietly(writer)
+                    raise
                 self._free.put(writer)
         except BaseException:
             self.close()
@@ -62,35 +79,74 @@ class DualWriterPool:
 
     def _new_writer(self, transactional_id: str) -> DualWriter:
         transport = self._transport_for(transactional_id) if self._transport_for is not None else None
-        return DualWriter(self._connect(), {**self._config, "transactional.id": transactional_id},
-                          transport=transport, **self._options)
+        connection = self._connect()
+        try:
+            return DualWriter(connection, {**self._config, "transactional.id": transactional_id},
+                              transport=transport, **self._options)
+        except BaseException:
+            if self._owns_connections:
+                with contextlib.suppress(Exception):
+                    connection.close()
+            raise
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[DualWriteTransaction]:
-        """A free writer's ``transaction()`` (DualWriter.transaction); waits up to ``acquire_timeout_s`` for one."""
-        writer = self._acquire()
-        try:
-            with writer.transaction() as tx:
-                yield tx
-        except DualWriteOutcomeUnknownError:
-            writer = self._replace(writer)  # its connection failed at commit: a new one settles it, by recovery
-            raise
-        except Exception as exc:
-            if _connection_broken(writer, exc):
-                writer = self._replace(writer)
-            raise
-        finally:
-            self._release(writer)
+        """A free writer's ``transaction()`` (DualWriter.transaction); waits up to ``acquire_timeout_s`` for one. A
+        writer found fenced, or needing an operator, before the block began is benched and another one used."""
+        for _ in self.transactional_ids:  # every round that does not lend a writer benches one
+            writer: DualWriter | None = self._acquire()
+            assert writer is not None
+            started = False
+            try:
+                with writer.transaction() as tx:
+                    started = True
+                    yield tx
+                self._unsettled.discard(writer.transactional_id)
+                return
+            except (ProducerFencedError, DualWriteRecoveryError) as exc:
+                self._bench(writer, exc)
+                writer = None
+                if started or len(self.benched) == len(self.transactional_ids):
+                    raise
+            except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:
+                self._unsettled.add(writer.transactional_id)
+                if isinstance(exc, DualWriteOutcomeUnknownError):
+                    writer = self._replace(writer)  # its connection failed at commit: a new one settles it
+                raise
+            except Exception as exc:
+                if _connection_broken(writer, exc):
+                    writer = self._replace(writer)
+                raise
+            finally:
+                if writer is not None:
+                    self._release(writer)
+        raise AssertionError("unreachable: the last writer benched re-raises its error")
 
     def _acquire(self) -> DualWriter:
         if self._closed:
             raise ConfigError("pool", "is closed")
+        if len(self.benched) == len(self.transactional_ids):
+            fenced = all(isinstance(exc, ProducerFencedError) for exc in self.benched.values())
+            raise (ProducerFencedError if fenced else DualWriteRecoveryError)(
+                f"every id of the pool is benched: {self.benched}")
         try:
             return self._free.get(timeout=self.acquire_timeout_s)
         except queue.Empty:
-            busy = len(self.transactional_ids)
+            busy = len(self.transactional_ids) - len(self.benched)
             raise PoolTimeoutError(f"no free dual writer within {self.acquire_timeout_s:g} s: all {busy} are busy "
-                                   "(a bigger size, or more processes)") from None
+                                   f"(a bigger size, or more processes; benched: {sorted(self.benched)})") from None
+
+    def _bench(self, writer: DualWriter, exc: Exception) -> None:
+        """Take a writer out of service for good: its id belongs to another writer now (a second pool with this
+        prefix?), or it needs an operator (DualWriter.resolve, then a new pool)."""
+        transactional_id = writer.transactional_id
+        with self._lock:
+            self.benched[transactional_id] = exc
+            self._writers.pop(transactional_id, None)
+            self._unsettled.discard(transactional_id)
+        log.error("%r: benched, the pool goes on with %d of %d ids: %r", transactional_id,
+                  len(self.transactional_ids) - len(self.benched), len(self.transactional_ids), exc)
+        self._close_quietly(writer)
 
     def _release(self, writer: DualWriter) -> None:
         with self._lock:
@@ -107,14 +163,16 @@ class DualWriterPool:
         except Exception as exc:  # the database is still away: the old writer stays, and recovers when it can
             log.warning("%r: could not reconnect (%r); keeping the old connection", writer.transactional_id, exc)
             return writer
-        self._close_quietly(writer)
+        self._close_quietly(writer, settle=False)  # its successor settles, on a working connection
         with self._lock:
             self._writers[writer.transactional_id] = successor
         return successor
 
-    def _close_quietly(self, writer: DualWriter) -> None:
-        """Close a writer and, when the pool made it with ``connect()``, its connection (an Engine's writer returns
-        its own to the engine)."""
+    def _close_quietly(self, writer: DualWriter, *, settle: bool = True) -> None:
+        """Settle what the writer left unfinished (when it can), close it and, when the pool made it with
+        ``connect()``, its connection (an Engine's writer returns its own to the engine)."""
+        if settle and writer.transactional_id in self._unsettled:
+            self._settle(writer)
         try:
             writer.close()
             if self._owns_connections:
@@ -122,8 +180,18 @@ class DualWriterPool:
         except Exception as exc:
             log.debug("%r: closing failed: %r", writer.transactional_id, exc)
 
+    def _settle(self, writer: DualWriter) -> None:
+        try:
+            writer.recover_unfinished()
+            self._unsettled.discard(writer.transactional_id)
+        except Exception as exc:
+            log.warning("%r: could not settle its unfinished transaction at close (%r): it stays prepared, holding "
+                        "back read_committed consumers of its partitions, until a pool with this prefix starts "
+                        "(or DualWriter(...).recover() on the id)", writer.transactional_id, exc)
+
     def close(self) -> None:
-        """Close every free writer now, and each busy one when its transaction ends."""
+        """Settle what writers left unfinished and close every free writer now, each busy one when its
+        transaction ends."""
         with self._lock:
             self._closed = True
             while True:
