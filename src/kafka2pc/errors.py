@@ -97,6 +97,12 @@ class PoolTimeoutError(RetriableError):
     """No pooled dual writer became free in time: every one was busy. Retry, or give the pool more writers."""
 
 
+class StorageUnavailableError(RetriableError):
+    """The store holding decisions or sink state (a checkpoint location: local, HDFS, S3, GCS, Azure) did not answer
+    in a way that says anything about the file: unreachable, timed out, busy, an error status. Nothing was concluded
+    from it (an outage is never read as "absent"); call again once the store is back."""
+
+
 class IdInUseError(RetriableError):
     """The transactional id this Spark task attempt would write with has an open transaction of another attempt:
     this attempt stops without touching it, and Spark retries the task under the next attempt number (another id)."""
@@ -202,6 +208,12 @@ class DualWriteOutcomeUnknownError(OutcomeUnknownError):
     aborts it by what the database holds."""
 
 
+class WriteOutcomeUnknownError(OutcomeUnknownError):
+    """A Spark batch write failed at its commit point, and whether its decision was recorded cannot be read now (the
+    store is unreachable): its rows may or may not become visible. Do not run it again blindly: the next write with
+    the same checkpoint location, or ``kafka2pc recover --checkpoint-location``, settles it and says which."""
+
+
 # -- decided, not completed ------------------------------------------------------------------------------------------
 
 class DualWriteIncompleteError(DecidedNotCompletedError):
@@ -272,6 +284,11 @@ class DecisionConflictError(UsageError):
 class WriteConflictError(UsageError):
     """A Spark batch write found its checkpoint decided by another write on the same checkpoint location: none of
     its rows were written (its transactions were aborted). One write at a time per location."""
+
+
+class WriteKeyInUseError(UsageError):
+    """A keyed Spark batch write (``txnAppId``/``txnVersion``) found its version decided at its location by another
+    streaming query: two queries share one ``txnAppId``. Refused, nothing written: give each query its own."""
 
 
 class StaleWriteVersionError(UsageError):

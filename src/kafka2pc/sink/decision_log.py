@@ -59,12 +59,18 @@ class DecisionLog(Protocol):
     def is_done(self, checkpoint: int) -> bool:
         """Whether ``checkpoint`` is recorded and marked done."""
 
-    def resolve(self, checkpoint: int, reason: str) -> None:
+    def resolve(self, checkpoint: int, reason: str, *, replay: bool = False) -> None:
         """An operator's resolution of a decision that cannot be completed (its transactions were lost, or their
-        fate is unknown): recorded durably with ``reason``, after which the decision counts as done."""
+        fate is unknown), kept durably with ``reason``. By default the decision then counts as done: a replay of the
+        checkpoint is recognised as decided and writes nothing. ``replay=True`` abandons it instead: the checkpoint
+        is undecided again, and its replay (Spark's, or the same keyed write) writes all its data anew — right only
+        when none of its transactions committed."""
 
     def decision(self, checkpoint: int) -> Decision | None:
         """The decision of ``checkpoint`` if it is still kept."""
+
+    def newest(self) -> Decision | None:
+        """The decision of the highest checkpoint kept (abandoned ones are not kept)."""
 
 
 class FileDecisionLog:
@@ -120,7 +126,7 @@ class FileDecisionLog:
     def mark_done(self, checkpoint: int) -> None:
         if not self.folder.exists(self._decision_name(checkpoint)):
             raise DecisionLogCorruptError(f"cannot mark checkpoint {checkpoint} done: no decision in {self.directory}")
-        self.folder.replace(self._done_name(checkpoint), b"")
+        self.folder.create(self._done_name(checkpoint), b"")  # an existing mark is as good
         self._prune()
 
     def _checkpoints(self) -> tuple[list[int], set[int]]:
@@ -132,10 +138,16 @@ class FileDecisionLog:
                 done.add(int(match.group(1)))
         return sorted(decided), done
 
-    def _read(self, checkpoint: int) -> Decision:
+    def _read(self, checkpoint: int) -> Decision | None:
+        """The record of ``checkpoint``; None when there is none. A record that cannot be read as one of this log's
+        is corrupt; a store that does not answer raises StorageUnavailableError (never read as "none")."""
         path = f"{self.directory}/{self._decision_name(checkpoint)}"
         try:
-            body = json.loads(self.folder.read(self._decision_name(checkpoint)))
+            data = self.folder.read(self._decision_name(checkpoint))
+        except FileNotFoundError:
+            return None
+        try:
+            body = json.loads(data)
             if not isinstance(body, dict) or body.get("format") != FORMAT:
                 raise DecisionLogCorruptError(f"{path}: not a kafka2pc decision record (format "
                                               f"{body.get('format') if isinstance(body, dict) else None!r})")
@@ -154,32 +166,56 @@ class FileDecisionLog:
             return Decision(checkpoint, transactions, body.get("metadata", {}))
         except DecisionLogCorruptError:
             raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecisionLogCorruptError(f"{path}: unreadable decision record ({type(exc).__name__}: {exc})") \
                 from exc
 
+    def _listed(self, checkpoint: int) -> Decision:
+        decision = self._read(checkpoint)
+        if decision is None:
+            raise DecisionLogCorruptError(f"{self.directory}: checkpoint {checkpoint} was listed, then its record "
+                                          "was gone (another writer pruning or resolving this log?)")
+        return decision
+
     def undone(self) -> list[Decision]:
         decided, done = self._checkpoints()
-        return [self._read(c) for c in decided if c not in done]
+        return [self._listed(c) for c in decided if c not in done]
 
     def last_checkpoint(self) -> int | None:
         decided, _ = self._checkpoints()
         return decided[-1] if decided else None
 
     def decision(self, checkpoint: int) -> Decision | None:
-        return self._read(checkpoint) if self.folder.exists(self._decision_name(checkpoint)) else None
+        return self._read(checkpoint)
+
+    def newest(self) -> Decision | None:
+        decided, _ = self._checkpoints()
+        return self._listed(decided[-1]) if decided else None
 
     def is_done(self, checkpoint: int) -> bool:
         return self.folder.exists(self._decision_name(checkpoint)) and self.folder.exists(self._done_name(checkpoint))
 
-    def resolve(self, checkpoint: int, reason: str) -> None:
+    @staticmethod
+    def _resolved_name(checkpoint: int) -> str:
+        return f"{checkpoint:020d}.resolved.json"
+
+    def resolve(self, checkpoint: int, reason: str, *, replay: bool = False) -> None:
+        """See :meth:`DecisionLog.resolve`. The reason (and, with ``replay``, the abandoned record) goes to
+        ``<checkpoint>.resolved.json`` first; then the checkpoint is marked done, or (``replay``) its done mark and
+        decision are deleted: a crash in between leaves it decided and stuck, and resolving again finishes."""
         if not reason.strip():
             raise ValueError("a resolution needs a reason")
-        if not self.folder.exists(self._decision_name(checkpoint)):
+        if self._read(checkpoint) is None:
             raise DecisionLogCorruptError(f"cannot resolve checkpoint {checkpoint}: no decision in {self.directory}")
-        self.folder.replace(f"{checkpoint:020d}.resolved.json",
-                            json.dumps({"checkpoint": checkpoint, "reason": reason}).encode())
-        self.mark_done(checkpoint)
+        resolution: dict[str, Any] = {"checkpoint": checkpoint, "reason": reason, "replay": replay}
+        if replay:
+            resolution["abandoned"] = json.loads(self.folder.read(self._decision_name(checkpoint)))
+        self.folder.replace(self._resolved_name(checkpoint), json.dumps(resolution, sort_keys=True).encode())
+        if not replay:
+            self.mark_done(checkpoint)
+            return
+        self.folder.delete(self._done_name(checkpoint))
+        self.folder.delete(self._decision_name(checkpoint))
 
     def _prune(self) -> None:
         if self.retain_done is None:
@@ -189,3 +225,4 @@ class FileDecisionLog:
         for checkpoint in finished[:-self.retain_done]:
             self.folder.delete(self._decision_name(checkpoint))
             self.folder.delete(self._done_name(checkpoint))
+            self.folder.delete(self._resolved_name(checkpoint))

@@ -18,13 +18,13 @@ import getpass
 import os
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 from xml.etree import ElementTree
 
-from kafka2pc.errors import ConfigError
+from kafka2pc.errors import ConfigError, Kafka2pcError, StorageUnavailableError
 
 #: URL schemes of the remote stores kafka2pc writes to, and the fsspec protocol serving each
 REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "abfs": "abfs", "abfss": "abfs", "hdfs": "webhdfs"}
@@ -113,6 +113,25 @@ def exclusive_write(path: Path, data: bytes) -> bool:
     return True
 
 
+#: what a store's error may say about a file itself; anything else says nothing about it (see :func:`answering`)
+_ANSWERS = (FileNotFoundError, FileExistsError, PermissionError, Kafka2pcError)
+
+
+@contextlib.contextmanager
+def answering(location: str, what: str) -> Iterator[None]:
+    """Let a store's definite answers through (not found, exists, permission denied) and turn every other failure
+    (unreachable, timed out, an error status, a rename refused for a reason not given) into
+    :class:`~kafka2pc.errors.StorageUnavailableError`: an outage is never read as "absent" (fsspec's generic
+    ``exists()``, which WebHDFS uses, returns False on any error)."""
+    try:
+        yield
+    except _ANSWERS:
+        raise
+    except Exception as exc:
+        raise StorageUnavailableError(f"{location}: {what} failed ({type(exc).__name__}: {exc}); nothing was "
+                                      "concluded from it: retry once the store answers") from exc
+
+
 class LocalFolder:
     """A folder on a local (or mounted) filesystem."""
 
@@ -127,28 +146,38 @@ class LocalFolder:
         return LocalFolder(self.path / name)
 
     def exists(self, name: str) -> bool:
-        return (self.path / name).exists()
+        with answering(self.location, f"looking for {name}"):
+            return (self.path / name).exists()  # False only for ENOENT/ENOTDIR; an I/O error raises
 
     def read(self, name: str) -> bytes:
-        return (self.path / name).read_bytes()
+        with answering(self.location, f"reading {name}"):
+            return (self.path / name).read_bytes()
 
     def create(self, name: str, data: bytes) -> bool:
-        self.path.mkdir(parents=True, exist_ok=True)
-        return exclusive_write(self.path / name, data)
+        with answering(self.location, f"creating {name}"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            return exclusive_write(self.path / name, data)
 
     def replace(self, name: str, data: bytes) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path / name, data)
+        with answering(self.location, f"writing {name}"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path / name, data)
 
     def names(self) -> list[str]:
-        return [entry.name for entry in self.path.iterdir()] if self.path.is_dir() else []
+        with answering(self.location, "listing"):
+            try:
+                return [entry.name for entry in self.path.iterdir()]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
 
     def delete(self, name: str) -> None:
-        (self.path / name).unlink(missing_ok=True)
+        with answering(self.location, f"deleting {name}"):
+            (self.path / name).unlink(missing_ok=True)
 
 
 class RemoteFolder:
-    """A folder under a remote filesystem URL, through fsspec (s3fs for S3)."""
+    """A folder under a remote filesystem URL, through fsspec (s3fs for S3). Only a definite "not found" reads as
+    absent; every other failure raises :class:`~kafka2pc.errors.StorageUnavailableError`."""
 
     def __init__(self, filesystem: Any, path: str, url: str):
         self.fs = filesystem
@@ -160,15 +189,37 @@ class RemoteFolder:
         return self.url
 
     def child(self, name: str) -> RemoteFolder:
-        return RemoteFolder(self.fs, f"{self.path}/{name}", f"{self.url}/{name}")
+        return type(self)(self.fs, f"{self.path}/{name}", f"{self.url}/{name}")
+
+    def _present(self, path: str) -> bool:
+        # info(), not exists(): fsspec's generic exists() answers False for any error, an outage included
+        with answering(self.url, f"looking for {path.rsplit('/', 1)[-1]}"):
+            try:
+                self.fs.info(path)
+            except FileNotFoundError:
+                return False
+            return True
 
     def exists(self, name: str) -> bool:
-        return bool(self.fs.exists(f"{self.path}/{name}"))
+        return self._present(f"{self.path}/{name}")
 
     def read(self, name: str) -> bytes:
-        return bytes(self.fs.cat_file(f"{self.path}/{name}"))
+        with answering(self.url, f"reading {name}"):
+            return bytes(self.fs.cat_file(f"{self.path}/{name}"))
 
     def create(self, name: str, data: bytes) -> bool:
+        """See :meth:`Folder.create`. False also when the store's answer was lost or unclear (S3-compatible stores
+        answer a lost race with 412 lacking its ``<Condition>``, or 409 ConditionalRequestConflict) and the file is
+        there now: it may be this call's own write, so callers read it back and compare."""
+        try:
+            with answering(self.url, f"creating {name}"):
+                return self._create(name, data)
+        except StorageUnavailableError:
+            if self.exists(name):
+                return False
+            raise
+
+    def _create(self, name: str, data: bytes) -> bool:
         try:
             self.fs.pipe_file(f"{self.path}/{name}", data, mode="create")  # S3: If-None-Match: *
         except FileExistsError:
@@ -176,27 +227,28 @@ class RemoteFolder:
         return True
 
     def replace(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(f"{self.path}/{name}", data)
+        with answering(self.url, f"writing {name}"):
+            self.fs.pipe_file(f"{self.path}/{name}", data)
 
     def names(self) -> list[str]:
-        try:
-            return [str(entry).rsplit("/", 1)[-1] for entry in self.fs.ls(self.path, detail=False)]
-        except FileNotFoundError:
-            return []
+        with answering(self.url, "listing"):
+            try:
+                return [str(entry).rsplit("/", 1)[-1] for entry in self.fs.ls(self.path, detail=False)]
+            except FileNotFoundError:
+                return []
 
     def delete(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        with answering(self.url, f"deleting {name}"), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(f"{self.path}/{name}")
 
 
 class HdfsFolder(RemoteFolder):
     """A folder on HDFS, through WebHDFS. A file is written whole under a temporary name, then renamed into place:
     HDFS renames are atomic and fail when the target exists, which makes :meth:`create` exclusive. :meth:`replace`
-    moves the old file aside first (``<name>.old``, read when ``<name>`` is missing, so a crash in between loses
-    nothing)."""
+    moves the old file aside first (``<name>.old``); until the new one is in place ``<name>`` is the old one for
+    every method (exists, read, names), so a crash in between loses nothing and no two methods disagree."""
 
-    def child(self, name: str) -> HdfsFolder:
-        return HdfsFolder(self.fs, f"{self.path}/{name}", f"{self.url}/{name}")
+    _ASIDE = ".old"
 
     def _temporary(self, data: bytes) -> str:
         temporary = f"{self.path}/.tmp-{uuid.uuid4().hex}"
@@ -208,15 +260,15 @@ class HdfsFolder(RemoteFolder):
         return bool(answer.json().get("boolean"))
 
     def exists(self, name: str) -> bool:
-        return super().exists(name) or super().exists(f"{name}.old")
+        return super().exists(name) or super().exists(name + self._ASIDE)
 
     def read(self, name: str) -> bytes:
         try:
             return super().read(name)
         except FileNotFoundError:
-            return super().read(f"{name}.old")
+            return super().read(name + self._ASIDE)
 
-    def create(self, name: str, data: bytes) -> bool:
+    def _create(self, name: str, data: bytes) -> bool:
         self.fs.makedirs(self.path, exist_ok=True)
         temporary = self._temporary(data)
         if self._rename(temporary, f"{self.path}/{name}"):
@@ -225,18 +277,34 @@ class HdfsFolder(RemoteFolder):
         return False
 
     def replace(self, name: str, data: bytes) -> None:
-        self.fs.makedirs(self.path, exist_ok=True)
-        temporary, target, aside = self._temporary(data), f"{self.path}/{name}", f"{self.path}/{name}.old"
-        if self.fs.exists(target):
-            self.delete(f"{name}.old")
-            if not self._rename(target, aside):
-                raise OSError(f"could not move {target} aside to replace it")
-        if not self._rename(temporary, target):
-            raise OSError(f"could not rename {temporary} to {target}")
-        self.delete(f"{name}.old")
+        target, aside = f"{self.path}/{name}", f"{self.path}/{name}{self._ASIDE}"
+        with answering(self.url, f"writing {name}"):
+            self.fs.makedirs(self.path, exist_ok=True)
+            temporary = self._temporary(data)
+        if self._present(target):
+            self._delete(aside)
+            with answering(self.url, f"moving {name} aside"):
+                if not self._rename(target, aside):
+                    raise OSError(f"could not move {target} aside to replace it")
+        with answering(self.url, f"writing {name}"):
+            if not self._rename(temporary, target):
+                raise OSError(f"could not rename {temporary} to {target}")
+        self._delete(aside)
+
+    def _delete(self, path: str) -> None:
+        with answering(self.url, f"deleting {path.rsplit('/', 1)[-1]}"), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
 
     def names(self) -> list[str]:
-        return [name for name in super().names() if not name.startswith(".tmp-") and not name.endswith(".old")]
+        found = set()
+        for name in super().names():
+            if not name.startswith(".tmp-"):
+                found.add(name.removesuffix(self._ASIDE))
+        return sorted(found)
+
+    def delete(self, name: str) -> None:
+        self._delete(f"{self.path}/{name}{self._ASIDE}")
+        super().delete(name)
 
 
 def hadoop_setting(name: str, environment: Mapping[str, str]) -> str | None:

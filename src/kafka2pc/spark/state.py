@@ -21,6 +21,7 @@ from kafka2pc.transaction_control import TransactionControl
 
 FORMAT = "kafka2pc.spark/1"
 SINK_DIRECTORY = "kafka2pc"
+STATE_FILE = "sink.json"
 #: done decisions kept for audits (a replay only ever concerns the last batch)
 RETAIN_DONE = 100
 
@@ -49,21 +50,37 @@ class SinkStore:
         return f"{self.directory}/sink.json"
 
     def load(self) -> SinkState | None:
-        """The pinned state, or None on the first run."""
-        if not self.folder.exists("sink.json"):
+        """The pinned state, or None on the first run (only when the store says sink.json is not there: a store
+        that does not answer raises :class:`~kafka2pc.errors.StorageUnavailableError`)."""
+        try:
+            data = self.folder.read(STATE_FILE)
+        except FileNotFoundError:
             return None
         try:
-            body = json.loads(self.folder.read("sink.json"))
+            body = json.loads(data)
             if body.get("format") != FORMAT:
                 raise ValueError(f"format {body.get('format')!r}")
             return SinkState(body["prefix"], body.get("query_id"), bool(body.get("fallback_announced", False)))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecisionLogCorruptError(f"{self.state_file}: unreadable sink state ({exc})") from exc
 
+    @staticmethod
+    def _encoded(state: SinkState) -> bytes:
+        return json.dumps({"format": FORMAT, **attrs.asdict(state)}, sort_keys=True).encode()
+
     def save(self, state: SinkState) -> None:
-        """Write sink.json atomically."""
-        body = {"format": FORMAT, **attrs.asdict(state)}
-        self.folder.replace("sink.json", json.dumps(body, sort_keys=True).encode())
+        """Write sink.json atomically (once it is pinned: see :meth:`pin`)."""
+        self.folder.replace(STATE_FILE, self._encoded(state))
+
+    def pin(self, state: SinkState) -> SinkState:
+        """Create sink.json with ``state`` unless it exists (an exclusive create: of two first runs on one location
+        one wins, and the other takes the winner's state); returns the pinned state."""
+        if self.folder.create(STATE_FILE, self._encoded(state)):
+            return state
+        pinned = self.load()
+        if pinned is None:
+            raise DecisionLogCorruptError(f"{self.state_file}: it existed when created, and is gone now")
+        return pinned
 
     def decision_log(self, prefix: str) -> FileDecisionLog:
         """The query's decision log."""
@@ -73,7 +90,7 @@ class SinkStore:
         """Spark's persistent query id, from the checkpoint's ``metadata`` file (streaming queries)."""
         try:
             return str(json.loads(self.checkpoint.read("metadata").decode().splitlines()[0])["id"])
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+        except (FileNotFoundError, ValueError, KeyError, IndexError, TypeError):
             return None
 
     def spark_commits(self) -> list[int]:
@@ -85,12 +102,7 @@ class SinkStore:
         cluster), checked against the options on later ones."""
         state = self.load()
         if state is not None:
-            if requested_prefix is not None and requested_prefix != state.prefix:
-                raise ConfigError("transactionalIdPrefix", f"{requested_prefix!r} differs from {state.prefix!r}, which "
-                                                           f"the checkpoint {self.checkpoint.location} holds: a "
-                                                           "query keeps its prefix (see docs/spark.md, changing the "
-                                                           "prefix)")
-            return state
+            return self._checked(state, requested_prefix)
         committed = self.spark_commits()
         if committed and requested_prefix is None:
             raise SinkStateMissingError(
@@ -110,6 +122,11 @@ class SinkStore:
                                                        f"the cluster (e.g. {in_use[0]!r}): another query's checkpoint "
                                                        "uses it; two queries sharing a prefix would abort each "
                                                        "other's transactions")
-        state = SinkState(prefix, self.query_id())
-        self.save(state)
+        return self._checked(self.pin(SinkState(prefix, self.query_id())), requested_prefix)
+
+    def _checked(self, state: SinkState, requested_prefix: str | None) -> SinkState:
+        if requested_prefix is not None and requested_prefix != state.prefix:
+            raise ConfigError("transactionalIdPrefix", f"{requested_prefix!r} differs from {state.prefix!r}, which "
+                                                       f"the checkpoint {self.checkpoint.location} holds: a query "
+                                                       "keeps its prefix (see docs/spark.md, changing the prefix)")
         return state
