@@ -47,10 +47,12 @@ def _render(report: RecoveryReport, stuck: dict[int, str]) -> str:
 def run_recover(args: argparse.Namespace) -> int:
     """Run ``kafka2pc recover``: 0 when complete, 1 when decisions are stuck."""
     prefix, log = _decision_log(args)
+    if args.replay and args.resolve is None:
+        raise ConfigError("--replay", "goes with --resolve CHECKPOINT")
     if args.resolve is not None:
         if not args.reason:
             raise ConfigError("--reason", "a resolution is recorded with its reason")
-        log.resolve(args.resolve, args.reason)
+        log.resolve(args.resolve, args.reason, replay=args.replay)
     with ClusterClient(client_config(args)) as client:
         control = TransactionControl(client)
         stuck: dict[int, str] = {}
@@ -85,5 +87,9 @@ def add_recover_command(commands: Any) -> None:
     parser.add_argument("--resolve", type=int, metavar="CHECKPOINT",
                         help="first mark this stuck decision resolved (recorded with --reason)")
     parser.add_argument("--reason", metavar="TEXT", help="why the stuck decision is resolved")
+    parser.add_argument("--replay", action="store_true",
+                        help="with --resolve: abandon the decision instead of counting it done, so the query's "
+                             "replay of that batch (or the same keyed write run again) writes all its rows anew; "
+                             "only when none of its transactions committed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_recover)

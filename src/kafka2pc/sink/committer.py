@@ -11,7 +11,12 @@ from typing import Any
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc.errors import BrokerUnavailableError, TransactionLostError, TransactionOutcomeUnknownError
+from kafka2pc.errors import (
+    BrokerUnavailableError,
+    DecisionConflictError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+)
 from kafka2pc.sink.decision_log import Decision, DecisionLog
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.transaction_control import ONGOING, ProducerIdentity, Settled, TransactionControl
@@ -79,11 +84,24 @@ class Committer:
         self._check_pending(checkpoint, offered)
         decision = Decision(checkpoint, offered, metadata or {})
         checked = time.monotonic()
-        self.decision_log.record(decision)
+        try:
+            self.decision_log.record(decision)
+        except DecisionConflictError as exc:
+            return self._lost_race(checkpoint, offered, exc)
         recorded = time.monotonic()
         self.roll_forward(decision)
         return Settlement(checkpoint, True, decision.transactions, (), checked - started, recorded - checked,
                           time.monotonic() - recorded)
+
+    def _lost_race(self, checkpoint: int, offered: Sequence[PreparedTransaction],
+                   conflict: DecisionConflictError) -> Settlement:
+        """Another writer on the same log recorded ``checkpoint`` (or a later one) between the look and the record:
+        its decision stands, and every offered transaction outside it is aborted, as for a replay."""
+        existing = self.decision_log.decision(checkpoint)
+        decided = existing.transactions if existing is not None else ()
+        log.warning("checkpoint %d: another writer recorded its decision first (%s); aborting the %d transaction(s) "
+                    "offered here", checkpoint, conflict, len(offered))
+        return Settlement(checkpoint, False, decided, self._abort_others(offered, decided))
 
     def _check_pending(self, checkpoint: int, offered: Sequence[PreparedTransaction]) -> None:
         seen = self.control.describe_all([t.transactional_id for t in offered])

@@ -13,11 +13,13 @@ from collections.abc import Mapping
 
 import attrs
 
-from kafka2pc.errors import ConfigError, StaleWriteVersionError
+from kafka2pc.errors import ConfigError, StaleWriteVersionError, WriteKeyInUseError
 from kafka2pc.sink.decision_log import Decision
 
 #: the decision metadata entry that maps app ids to their last decided version
 METADATA_KEY = "write_versions"
+#: the decision metadata entry that maps app ids to the streaming query whose write decided that version
+ORIGINS_KEY = "write_origins"
 _MAX_APP_ID = 255
 
 
@@ -72,6 +74,37 @@ def verdict(versions: Mapping[str, int], key: WriteKey, *, where: str) -> Verdic
         "refused, nothing written. Versions must increase: give each application (each query writing here) its own "
         "txnAppId; if the query's checkpoint was restored from an older copy, its rows up to version "
         f"{last} are in Kafka already.")
+
+
+def decided_origins(decision: Decision | None) -> dict[str, str]:
+    """The streaming query that decided each application's last version, as of ``decision`` (where known)."""
+    origins = (decision.metadata.get(ORIGINS_KEY) or {}) if decision is not None else {}
+    return {str(app): str(query) for app, query in origins.items()}
+
+
+def check_origin(origins: Mapping[str, str], key: WriteKey, origin: str | None, *, where: str) -> None:
+    """Refuse a keyed write from another streaming query than the one that decided its application's last version:
+    two queries share one ``txnAppId``, and the second one's rows would be skipped (an equal version) or interleaved
+    with the first's (a higher one). Where either query is unknown (a write outside a streaming query, a decision
+    recorded before origins were), nothing can be told apart and nothing is refused."""
+    recorded = origins.get(key.app_id)
+    if recorded is None or origin is None or recorded == origin:
+        return
+    raise WriteKeyInUseError(
+        f"txnAppId {key.app_id!r} at {where} was last decided by streaming query {recorded}; this write (txnVersion "
+        f"{key.version}) comes from query {origin}: refused, nothing written. Two queries share one txnAppId: give "
+        "each its own (a query restarted from its checkpoint keeps its id; one started without it gets a new one).")
+
+
+def with_origin(origins: Mapping[str, str], key: WriteKey | None, origin: str | None) -> dict[str, str]:
+    """The origins to carry in the next decision: ``origins`` plus ``key``'s, where known."""
+    carried = dict(origins)
+    if key is not None:
+        if origin is None:
+            carried.pop(key.app_id, None)
+        else:
+            carried[key.app_id] = origin
+    return carried
 
 
 def with_decided(versions: Mapping[str, int], key: WriteKey | None) -> dict[str, int]:

@@ -16,14 +16,24 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.errors import WriteConflictError, WriteDecidedError
+from kafka2pc.errors import StorageUnavailableError, WriteConflictError, WriteDecidedError, WriteOutcomeUnknownError
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.sink.committer import Committer, Settlement
-from kafka2pc.sink.decision_log import FileDecisionLog
+from kafka2pc.sink.decision_log import Decision, FileDecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.sink.recovery import abort_open_transactions, recover
-from kafka2pc.sink.write_keys import METADATA_KEY, Verdict, decided_versions, verdict, with_decided
+from kafka2pc.sink.write_keys import (
+    METADATA_KEY,
+    ORIGINS_KEY,
+    Verdict,
+    check_origin,
+    decided_origins,
+    decided_versions,
+    verdict,
+    with_decided,
+    with_origin,
+)
 from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
@@ -110,19 +120,19 @@ class SinkDriver:
         return verdict(self._decided_versions(), key, where=self.options.checkpoint_location)
 
     def _decided_versions(self) -> dict[str, int]:
-        log_ = self.decision_log
-        last = log_.last_checkpoint()
-        return decided_versions(log_.decision(last) if last is not None else None)
+        return decided_versions(self.decision_log.newest())
 
     def commit(self, messages: Sequence[TaskMessage | None], checkpoint: int) -> tuple[Settlement, Timings]:
         """Decide ``checkpoint`` with the authorized attempts' transactions (the record is the commit point), commit
         them, then abort every other transaction open under the prefix (attempts that lost, zombies)."""
         offered = _prepared(messages, checkpoint)
         self._announce_fallback(messages)
+        newest, key, origin = self.decision_log.newest(), self.options.write_key, write_origin(messages)
         metadata = {"attempts": [[m.partition, m.attempt, m.task_attempt_id] for m in messages if m is not None],
                     "records": sum(m.records for m in messages if m is not None),
                     "two_phase_active": all(m.two_phase_active for m in messages if m is not None),
-                    METADATA_KEY: with_decided(self._decided_versions(), self.options.write_key)}
+                    METADATA_KEY: with_decided(decided_versions(newest), key),
+                    ORIGINS_KEY: with_origin(decided_origins(newest), key, origin)}
         settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
         settled = time.monotonic()
         self._move_window()  # an attempt whose transaction is not open yet never opens it
@@ -137,44 +147,86 @@ class SinkDriver:
     def commit_write(self, messages: Sequence[TaskMessage | None]) -> Settlement | None:
         """Decide and complete a batch write: all of it, or (on an error before the decision) nothing. The errors
         after the decision say so (:class:`WriteDecidedError`); a checkpoint another write decided meanwhile is a
-        :class:`WriteConflictError`, never a silent no-op."""
+        :class:`WriteConflictError`, never a silent no-op; a failure whose decision cannot be read back is a
+        :class:`WriteOutcomeUnknownError`."""
         checkpoint = batch_checkpoint(messages)
         if checkpoint is None:
             return None  # no task reported: nothing was written
+        where = f"checkpoint {checkpoint} of {self.options.checkpoint_location}"
+        self._check_origin(messages)  # Spark's abort() then aborts what this write prepared
         try:
             settlement, _ = self.commit(messages, checkpoint)
         except Exception as exc:
-            if self.decision_log.decision(checkpoint) is None:
+            try:
+                decided = self.decision_log.decision(checkpoint)
+            except StorageUnavailableError as unreadable:
+                raise WriteOutcomeUnknownError(
+                    f"the write failed at its commit point ({type(exc).__name__}: {exc}), and whether {where} was "
+                    f"decided cannot be read now ({unreadable}). Do NOT run it again yet: once the store answers, "
+                    f"the next write with this checkpointLocation, or `kafka2pc recover --bootstrap ... "
+                    f"--checkpoint-location {self.options.checkpoint_location}`, completes it if it was decided "
+                    f"(then its rows are in Kafka) and aborts it if not; `kafka2pc audit` shows which.") from exc
+            if decided is None:
                 raise
+            if not _is_this_write(decided, _prepared(messages, checkpoint)):
+                raise self._conflict(checkpoint) from exc
             raise WriteDecidedError(
-                f"the write is decided (checkpoint {checkpoint} of {self.options.checkpoint_location}) but could not "
-                f"be completed ({type(exc).__name__}: {exc}): the next write with this checkpointLocation, or "
-                f"`kafka2pc recover --bootstrap ... --checkpoint-location {self.options.checkpoint_location}`, "
-                "completes it. Do NOT run the same write again: it would be written twice.") from exc
+                f"the write is decided ({where}) but could not be completed ({type(exc).__name__}: {exc}): the next "
+                f"write with this checkpointLocation, or `kafka2pc recover --bootstrap ... --checkpoint-location "
+                f"{self.options.checkpoint_location}`, completes it. Do NOT run the same write again: it would be "
+                "written twice.") from exc
         if not settlement.decided_now:
-            raise WriteConflictError(
-                f"checkpoint {checkpoint} of {self.options.checkpoint_location} was decided by another write that "
-                "ran at the same time: this write's transactions were aborted and none of its rows were written. "
-                "Run it again, one write at a time per checkpointLocation.")
+            raise self._conflict(checkpoint)
         return settlement
+
+    def confirm_replay(self, messages: Sequence[TaskMessage | None]) -> None:
+        """A keyed write planned as a replay of a decided one wrote nothing: check it came from the query that
+        decided it (:func:`~kafka2pc.sink.write_keys.check_origin`)."""
+        self._check_origin(messages)
+
+    def _check_origin(self, messages: Sequence[TaskMessage | None]) -> None:
+        key = self.options.write_key
+        if key is not None:
+            check_origin(decided_origins(self.decision_log.newest()), key, write_origin(messages),
+                         where=self.options.checkpoint_location)
+
+    def _conflict(self, checkpoint: int) -> WriteConflictError:
+        return WriteConflictError(
+            f"checkpoint {checkpoint} of {self.options.checkpoint_location} was decided by another write that ran at "
+            "the same time: this write's transactions were aborted and none of its rows were written. Run it again, "
+            "one write at a time per checkpointLocation.")
 
     def abort(self, messages: Sequence[TaskMessage | None], checkpoint: int | None) -> None:
         """Spark gave up on the batch (it failed, or the query is stopping): abort its transactions, and every other
         one open under the prefix (attempts cancelled mid-write report nothing) — unless the batch is decided, in
-        which case nothing is touched (the next run, or ``kafka2pc recover``, completes it)."""
-        log_ = self.decision_log
-        if checkpoint is not None and log_.decision(checkpoint) is not None:
-            log.warning("checkpoint %d is decided: not aborting it; the next run completes it", checkpoint)
+        which case only the offered transactions outside the decision are aborted (a write that lost a race to
+        another), and the next run, or ``kafka2pc recover``, completes the decision. When the decision log cannot be
+        read, nothing is aborted: the next planning settles it."""
+        offered = _prepared(messages, checkpoint)
+        try:
+            log_ = self.decision_log
+            decided = log_.decision(checkpoint) if checkpoint is not None else None
+            keep = {t.transactional_id for d in log_.undone() for t in d.transactions}
+        except StorageUnavailableError as exc:
+            log.warning("not aborting checkpoint %s: whether it is decided cannot be read (%s); the next planning, "
+                        "or `kafka2pc recover`, settles it", checkpoint, exc)
+            return
+        if decided is not None:
+            others = [t for t in offered if t not in decided.transactions]
+            log.warning("checkpoint %d is decided: not aborting it (the next run completes it)%s", checkpoint,
+                        f"; aborting the {len(others)} transaction(s) of this write outside it" if others else "")
+            self._abort_offered(others)
             return
         self._move_window()
-        offered = _prepared(messages, checkpoint)
+        self._abort_offered(offered)
+        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
+
+    def _abort_offered(self, offered: Sequence[PreparedTransaction]) -> None:
         results = self.control.abort_all([(t.transactional_id, t.state) for t in offered])
         for txn, result in zip(offered, results, strict=True):
             if isinstance(result, Exception):
                 log.warning("could not abort %s of %r: %s (the next planning aborts it)", txn.state,
                             txn.transactional_id, result)
-        keep = {t.transactional_id for d in log_.undone() for t in d.transactions}
-        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
 
     def _move_window(self) -> None:
         """Move the write window before a cleanup; a failure leaves late attempts to the next planning, and never
@@ -211,6 +263,18 @@ def _prepared(messages: Sequence[TaskMessage | None], checkpoint: int | None) ->
         prepared.append(PreparedTransaction(message.transactional_id, state, message.partition,
                                             message.checkpoint))
     return prepared
+
+
+def write_origin(messages: Sequence[TaskMessage | None]) -> str | None:
+    """The streaming query the tasks of a write ran in (None outside one, or when no task reported)."""
+    origins = {m.query_id for m in messages if m is not None}
+    if len(origins) > 1:
+        raise ValueError(f"tasks of one write report several streaming queries: {sorted(map(str, origins))}")
+    return origins.pop() if origins else None
+
+
+def _is_this_write(decision: Decision, offered: Sequence[PreparedTransaction]) -> bool:
+    return set(decision.transactions) == set(offered)
 
 
 def batch_checkpoint(messages: Sequence[Any]) -> int | None:

@@ -66,6 +66,9 @@ class TaskMessage:
     two_phase_active: bool
     #: the attempt went on with its worker's cached producer, without an InitProducerId
     continued: bool = False
+    #: the streaming query the write runs in (Spark's persistent query id; a batch write inside foreachBatch has
+    #: its query's), None outside one: tells a keyed write's replay from another query reusing its txnAppId
+    query_id: str | None = None
 
 
 def shared_client(config: Mapping[str, Any]) -> ClusterClient:
@@ -81,20 +84,37 @@ class TaskAttempt:
     attempt: int
     task_attempt_id: int
     checkpoint: int
+    query_id: str | None = None
 
 
-def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMessage:
-    """Write the rows of this task's partition in one transaction and prepare it; abort it on any failure."""
+#: the local property Spark's stream execution sets to the query's persistent id (tasks of a foreachBatch's writes
+#: see it too)
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def task_attempt(checkpoint: int | None) -> TaskAttempt:
+    """This Spark task's attempt, as its ``TaskContext`` says (a streaming write's checkpoint is its batch id)."""
     from pyspark import TaskContext  # noqa: PLC0415 - executors only
 
     context = TaskContext.get()
     if context is None:
-        raise RuntimeError("write_partition runs in a Spark task")
-    checkpoint = plan.checkpoint
+        raise RuntimeError("a kafka2pc writer runs in a Spark task")
     if checkpoint is None:
         checkpoint = int(context.getLocalProperty("streaming.sql.batchId") or 0)
-    return write_attempt(plan, batches, TaskAttempt(context.partitionId(), context.attemptNumber(),
-                                                    context.taskAttemptId(), checkpoint))
+    return TaskAttempt(context.partitionId(), context.attemptNumber(), context.taskAttemptId(), checkpoint,
+                       context.getLocalProperty(QUERY_ID_PROPERTY) or None)
+
+
+def skipped_partition(plan: TaskPlan) -> TaskMessage:
+    """What a task of a keyed write that is a replay hands over: nothing written, and where it came from."""
+    task = task_attempt(plan.checkpoint)
+    return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, "", "", None, 0,
+                       plan.two_phase_commit, query_id=task.query_id)
+
+
+def write_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> TaskMessage:
+    """Write the rows of this task's partition in one transaction and prepare it; abort it on any failure."""
+    return write_attempt(plan, batches, task_attempt(plan.checkpoint))
 
 
 def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskAttempt) -> TaskMessage:
@@ -107,7 +127,7 @@ def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskA
     pending = next(rows, None)
     if pending is None:  # an empty partition opens nothing and hands nothing over
         return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, transactional_id,
-                           "", None, 0, plan.two_phase_commit)
+                           "", None, 0, plan.two_phase_commit, query_id=task.query_id)
     producer, continued = _open(plan, transactional_id, who)
     written, checked = 0, False
     try:
@@ -129,7 +149,8 @@ def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskA
     # the prepared transaction stays open for the driver's decision
     _CACHE.keep(plan.producer_config, producer, two_phase_commit=plan.two_phase_commit)
     return TaskMessage(task.partition, task.attempt, task.task_attempt_id, task.checkpoint, transactional_id,
-                       str(state), state.transaction_version, written, producer.two_phase_commit_active, continued)
+                       str(state), state.transaction_version, written, producer.two_phase_commit_active, continued,
+                       task.query_id)
 
 
 def _produce(producer: TwoPhaseProducer, plan: TaskPlan, batch: pa.RecordBatch) -> None:

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.driver import SinkDriver, batch_checkpoint
 from kafka2pc.spark.options import SinkOptions
-from kafka2pc.spark.task import TaskMessage, TaskPlan, write_partition
+from kafka2pc.spark.task import TaskMessage, TaskPlan, skipped_partition, write_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,7 +88,7 @@ class _Writer:
         if self._plan.skip:
             for _ in iterator:  # a replay of a decided keyed write: its rows are in Kafka already
                 pass
-            return WriterCommitMessage()
+            return SinkCommitMessage(skipped_partition(self._plan))
         return SinkCommitMessage(write_partition(self._plan, iterator))
 
 
@@ -125,7 +125,10 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
         return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Run on the driver: decide and complete the write."""
+        """Run on the driver: decide and complete the write (a replay of a decided keyed write: check it is one)."""
+        if self._plan is not None and self._plan.skip:
+            SinkDriver(self._options).confirm_replay(_unwrap(messages))
+            return
         SinkDriver(self._options).commit_write(_unwrap(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

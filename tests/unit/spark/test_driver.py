@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from kafka2pc.errors import BrokerUnavailableError, StaleWriteVersionError, WriteDecidedError
-from kafka2pc.sink import Decision
+from kafka2pc.prepared_state import PreparedTxnState
+from kafka2pc.sink import Decision, PreparedTransaction
 from kafka2pc.sink.write_keys import METADATA_KEY, Verdict
 from kafka2pc.spark.driver import SinkDriver
 from kafka2pc.spark.options import SinkOptions
@@ -33,7 +34,9 @@ def driver(tmp_path, monkeypatch):
 
 
 def test_a_failure_after_the_decision_says_the_write_is_decided(driver):
-    driver.decision_log.record(Decision(1, ()))
+    mine = PreparedTransaction(MESSAGE.transactional_id, PreparedTxnState.parse(MESSAGE.state, transaction_version=2),
+                               MESSAGE.partition, MESSAGE.checkpoint)
+    driver.decision_log.record(Decision(1, (mine,)))
     with pytest.raises(WriteDecidedError, match="Do NOT run the same write again") as raised:
         driver.commit_write([MESSAGE])
     assert isinstance(raised.value.__cause__, BrokerUnavailableError)

@@ -39,6 +39,9 @@ class Context:
     def taskAttemptId(self):
         return 100 + self._attempt
 
+    def getLocalProperty(self, _key):
+        return None  # a batch write outside a streaming query
+
 
 @pytest.fixture
 def cluster(monkeypatch):
