@@ -77,3 +77,27 @@ def test_abort_open_transactions_keeps_what_it_is_told_to(transport):
     aborted = abort_open_transactions(TransactionControl(transport), TransactionalIdGrammar("job"), keep=["job-0-0"])
     assert aborted == ["job-1-0"]
     assert [t.transactional_id for t in transport.model.open_transactions()] == ["job-0-0"]
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["resolved-done", "resolved-for-replay"])
+def test_a_lost_checkpoint_resolved_for_replay_is_written_by_its_replay(transport, tmp_path, replay):
+    """The documented way out of a lost decision: resolve it, then replay the batch. Resolved as done, the replay is
+    recognised as decided and aborted (its rows never written); resolved with replay=True (kafka2pc recover
+    --resolve N --replay), the checkpoint is undecided again and the replay commits."""
+    from kafka2pc.sink import Committer  # noqa: PLC0415
+
+    control = TransactionControl(transport)
+    log = FileDecisionLog(tmp_path, "job")
+    lost = prepare(transport, "job-0-0", b"first", checkpoint=2)
+    log.record(Decision(2, [lost], {"write_versions": {"app": 2}}))
+    control.abort(lost.transactional_id, lost.state)  # the broker aborted it (a timeout, without 2PC)
+    with pytest.raises(RecoveryIncompleteError):
+        recover(control, "job", log)
+    log.resolve(2, "its rows were lost; replaying batch 2", replay=replay)
+    assert recover(control, "job", log).stuck == ()
+    replayed = Committer(control, log).settle(2, [prepare(transport, "job-0-1", b"replayed", checkpoint=2)])
+    assert replayed.decided_now is replay
+    assert transport.model.committed_records() == ([b"replayed"] if replay else [])
+    assert transport.model.open_transactions() == []
+    assert (log.newest().checkpoint, dict(log.newest().metadata)) == ((2, {}) if replay else
+                                                                      (2, {"write_versions": {"app": 2}}))
