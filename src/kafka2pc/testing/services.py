@@ -1,6 +1,10 @@
 """What the harness's storage servers share (moto's S3, fake-gcs-server, Azurite, the mini HDFS cluster): a process
 on free loopback ports with a work folder, started until it answers and stopped by its pid, and the environment
-variables through which clients (and the Spark drivers that tests start) find it."""
+variables through which clients (and the Spark drivers that tests start) find it.
+
+A server that supports outages (the mini HDFS cluster, moto's S3 server) stops serving with :meth:`stop_serving`
+and serves again, with its data and on the same ports, with :meth:`serve_again`; :meth:`outage` is both around a
+block."""
 
 from __future__ import annotations
 
@@ -26,10 +30,11 @@ class ServiceProcess:
         self.log_file = self.workdir / "server.log"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def _launch(self, command: list[str], answers: Callable[[], bool], *, timeout_s: float = 60.0) -> None:
-        """Start ``command`` (output to :attr:`log_file`) and wait until ``answers()``; HarnessSetupError with the
-        log's tail if it exits or the time runs out first."""
-        with self.log_file.open("wb") as log:
+    def _launch(self, command: list[str], answers: Callable[[], bool], *, timeout_s: float = 60.0,
+                append: bool = False) -> None:
+        """Start ``command`` (output to :attr:`log_file`, appended to it with ``append``) and wait until
+        ``answers()``; HarnessSetupError with the log's tail if it exits or the time runs out first."""
+        with self.log_file.open("ab" if append else "wb") as log:
             self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
@@ -39,9 +44,33 @@ class ServiceProcess:
                 raise HarnessSetupError(f"{self.name} did not start (work folder {self.workdir}):\n{tail}")
             time.sleep(0.2)
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's pid while it runs."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
     def environment(self) -> dict[str, str]:
         """The variables a client reads to find this service."""
         return {}
+
+    def stop_serving(self) -> None:
+        """Stop answering clients (connections refused) until :meth:`serve_again`, keeping the data."""
+        raise NotImplementedError(f"{self.name} has no outages")
+
+    def serve_again(self) -> None:
+        """Answer clients again after :meth:`stop_serving`, on the same ports and with the same data; returns once
+        the server serves."""
+        raise NotImplementedError(f"{self.name} has no outages")
+
+    @contextmanager
+    def outage(self) -> Iterator[None]:
+        """The server down for the block (:meth:`stop_serving`), then serving again (:meth:`serve_again`, also when
+        the block raises)."""
+        self.stop_serving()
+        try:
+            yield
+        finally:
+            self.serve_again()
 
     def close(self) -> None:
         """Stop the process (by its pid) and remove the work folder."""
