@@ -60,12 +60,14 @@ bench-recovery: jars
 # Long chaos runs, by their own target (not part of `make test`): 50 000 model-based sequences, and the Spark main
 # job's driver SIGKILLed 30 times (3 in the default suite, the first ones aimed inside a transaction), and the
 # foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned), and the main
-# job with its checkpoint on HDFS 5 times (once in the default suite).
+# job with its checkpoint on HDFS 5 times (once in the default suite), and the main job through 5 storage outages
+# around its commits with its checkpoint on HDFS and 5 on S3 (one each in the default suite).
 chaos: jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
 	KAFKA2PC_FOREACH_BATCH_KILLS=12 $(PY) -m pytest -p no:logging tests/integration/test_spark_foreach_batch.py $(PYTEST_ARGS)
 	KAFKA2PC_HDFS_DRIVER_KILLS=5 $(PY) -m pytest -p no:logging tests/integration/test_remote_checkpoints.py -k driver_kills $(PYTEST_ARGS)
+	KAFKA2PC_STORAGE_OUTAGES=5 $(PY) -m pytest -p no:logging tests/integration/test_storage_outages.py $(PYTEST_ARGS)
 
 # kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
 # packs an environment, so it is not part of `make test`.
