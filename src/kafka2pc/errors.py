@@ -203,8 +203,9 @@ class TransactionOutcomeUnknownError(OutcomeUnknownError):
 
 
 class DualWriteOutcomeUnknownError(OutcomeUnknownError):
-    """The database commit failed in a way that leaves its outcome unknown (a lost connection): the Kafka
-    transaction stays prepared; :meth:`~kafka2pc.dualwrite.DualWriter.recover` on a working connection commits or
+    """The database commit failed in a way that leaves its outcome unknown (a lost connection; a read-back on another
+    session, which cannot prove it failed): the Kafka transaction stays prepared; the writer's next ``transaction()``
+    or :meth:`~kafka2pc.dualwrite.DualWriter.recover`, on a working connection and under the row lock, commits or
     aborts it by what the database holds."""
 
 
