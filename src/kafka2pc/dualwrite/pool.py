@@ -171,7 +171,7 @@ class DualWriterPool:
     def _close_quietly(self, writer: DualWriter, *, settle: bool = True) -> None:
         """Settle what the writer left unfinished (when it can), close it and, when the pool made it with
         ``connect()``, its connection (an Engine's writer returns its own to the engine)."""
-        if settle and writer.transactional_id in self._unsettled:
+        if settle and (writer.transactional_id in self._unsettled or writer.unfinished):
             self._settle(writer)
         try:
             writer.close()

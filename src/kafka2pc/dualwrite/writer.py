@@ -28,6 +28,7 @@ from kafka2pc.errors import (
     ProducerFencedError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
+    TransactionStateError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer import Transport, TwoPhaseProducer
@@ -118,6 +119,11 @@ class DualWriter:
         live predecessor's transaction finishes first. ``transaction()`` runs it whenever it is needed (and then
         never takes the id back from a writer that took it over: ProducerFencedError)."""
         self._recover(take_over=True)
+
+    @property
+    def unfinished(self) -> bool:
+        """Whether a transaction of this writer may be left open in Kafka until a recovery settles it."""
+        return self._needs_recovery
 
     def recover_unfinished(self) -> None:
         """What ``transaction()`` does first when needed: settle this writer's unfinished transaction (a writer that
@@ -284,8 +290,7 @@ class DualWriter:
                             exc)
                 return
             if outcome is CommitOutcome.FAILED:
-                self._roll_back_both()
-                self._needs_recovery = False
+                self._roll_back_both()  # a Kafka abort that fails leaves the writer needing a recovery
                 raise
             raise DualWriteOutcomeUnknownError(f"{self.transactional_id!r}: the database commit's outcome is unknown "
                                                f"({exc}); Kafka transaction {prepared} stays prepared until a "
@@ -293,13 +298,20 @@ class DualWriter:
                                                "by what the database holds") from exc
 
     def _roll_back_both(self) -> None:
+        """Roll the database back and abort Kafka's transaction; when the abort fails, the next transaction() (or
+        the pool's close) recovers first, which aborts it."""
         with contextlib.suppress(Exception):
             self._db.rollback()
         try:
             self._producer.abort_transaction()
+        except TransactionStateError:
+            return  # no transaction was begun: nothing to abort
         except Kafka2pcError as exc:
-            log.warning("%r: could not abort the Kafka transaction (%s); recover() aborts it", self.transactional_id,
-                        exc)
+            self._needs_recovery = True
+            log.warning("%r: could not abort the Kafka transaction (%s); the writer's next transaction() or "
+                        "recover() aborts it", self.transactional_id, exc)
+            return
+        self._needs_recovery = False
 
     def close(self) -> None:
         """Mark the last transaction complete in the row when it is (so an id the broker expires after a long idle

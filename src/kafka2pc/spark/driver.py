@@ -136,7 +136,9 @@ class SinkDriver:
         settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
         settled = time.monotonic()
         self._move_window()  # an attempt whose transaction is not open yet never opens it
-        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix))
+        # a replay, or a lost race: another decision of this log may still be completing; never abort its ids
+        keep = () if settlement.decided_now else self._undone_ids()
+        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
         if not settlement.decided_now:
             log.info("checkpoint %d was already decided (a replay): %d transaction(s) of this run aborted",
                      checkpoint, len(settlement.aborted))
@@ -159,13 +161,20 @@ class SinkDriver:
         except Exception as exc:
             try:
                 decided = self.decision_log.decision(checkpoint)
-            except StorageUnavailableError as unreadable:
+            except Exception as unreadable:  # an outage, expired credentials ...: whether it was decided is unknown
                 raise WriteOutcomeUnknownError(
                     f"the write failed at its commit point ({type(exc).__name__}: {exc}), and whether {where} was "
                     f"decided cannot be read now ({unreadable}). Do NOT run it again yet: once the store answers, "
                     f"the next write with this checkpointLocation, or `kafka2pc recover --bootstrap ... "
                     f"--checkpoint-location {self.options.checkpoint_location}`, completes it if it was decided "
                     f"(then its rows are in Kafka) and aborts it if not; `kafka2pc audit` shows which.") from exc
+            if decided is None and isinstance(exc, StorageUnavailableError):
+                # a create whose answer was lost may still land: in doubt, not "nothing was concluded"
+                raise WriteOutcomeUnknownError(
+                    f"the write failed at its commit point ({exc}); no decision of {where} can be read, but one may "
+                    "still land. Do NOT run it again yet: the next write with this checkpointLocation, or `kafka2pc "
+                    f"recover --bootstrap ... --checkpoint-location {self.options.checkpoint_location}`, settles it "
+                    "(`kafka2pc audit` shows whether its rows are in Kafka).") from exc
             if decided is None:
                 raise
             if not _is_this_write(decided, _prepared(messages, checkpoint)):
@@ -204,22 +213,22 @@ class SinkDriver:
         read, nothing is aborted: the next planning settles it."""
         offered = _prepared(messages, checkpoint)
         try:
-            log_ = self.decision_log
-            decided = log_.decision(checkpoint) if checkpoint is not None else None
-            keep = {t.transactional_id for d in log_.undone() for t in d.transactions}
-        except StorageUnavailableError as exc:
-            log.warning("not aborting checkpoint %s: whether it is decided cannot be read (%s); the next planning, "
-                        "or `kafka2pc recover`, settles it", checkpoint, exc)
-            return
-        if decided is not None:
-            others = [t for t in offered if t not in decided.transactions]
-            log.warning("checkpoint %d is decided: not aborting it (the next run completes it)%s", checkpoint,
-                        f"; aborting the {len(others)} transaction(s) of this write outside it" if others else "")
-            self._abort_offered(others)
+            decided = self.decision_log.decision(checkpoint) if checkpoint is not None else None
+            keep = self._undone_ids()
+        except Exception as exc:  # an outage (StorageUnavailableError), expired credentials ...
+            log.warning("not aborting checkpoint %s: whether it is decided cannot be read (%s: %s); the next "
+                        "planning, or `kafka2pc recover`, settles it", checkpoint, type(exc).__name__, exc)
             return
         self._move_window()
+        if decided is not None:
+            offered = [t for t in offered if t not in decided.transactions]
+            log.warning("checkpoint %d is decided: not aborting it (the next run completes it)%s", checkpoint,
+                        f"; aborting the {len(offered)} transaction(s) of this write outside it" if offered else "")
         self._abort_offered(offered)
         abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
+
+    def _undone_ids(self) -> set[str]:
+        return {t.transactional_id for d in self.decision_log.undone() for t in d.transactions}
 
     def _abort_offered(self, offered: Sequence[PreparedTransaction]) -> None:
         results = self.control.abort_all([(t.transactional_id, t.state) for t in offered])

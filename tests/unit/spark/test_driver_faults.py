@@ -177,3 +177,43 @@ def settle_without_a_cluster(monkeypatch):
         return Settlement(checkpoint, True, tuple(offered), ())
 
     monkeypatch.setattr(Committer, "settle", settle)
+
+
+def test_the_loser_of_a_record_race_never_aborts_the_winners_decided_transactions(tmp_path, monkeypatch):
+    """Found by the adversarial review: after a lost race the loser's cleanup listed the prefix and aborted every open
+    transaction, the winner's decided ones (not yet committed) included; the winner's completion then found them
+    lost. The cleanup keeps the ids of every undone decision."""
+    from kafka2pc import TwoPhaseProducer  # noqa: PLC0415
+    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
+    from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport  # noqa: PLC0415
+
+    transport = ModelTransport(CoordinatorModel(transaction_version=2, two_phase_enabled=True), Faults())
+
+    def prepare(txn_id: str, value: bytes) -> PreparedTransaction:
+        producer = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": txn_id}, two_phase_commit=True,
+                                    transport=transport)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.produce("t", value, partition=0)
+        return PreparedTransaction(txn_id, producer.prepare_transaction(), 0, 4)
+
+    SinkStore(str(tmp_path)).save(SinkState("pfx"))
+    monkeypatch.setattr(SinkDriver, "control", property(lambda _self: TransactionControl(transport)))
+    monkeypatch.setattr("kafka2pc.spark.driver.move_window", lambda *_args: "window")
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                                        "checkpointLocation": str(tmp_path)}, streaming=False)
+    winner, loser = Decision(4, [prepare("pfx-0-0", b"winner")]), prepare("pfx-0-1", b"loser")
+    record = FileDecisionLog.record
+
+    def racing_record(self, decision):
+        if decision.transactions == (loser,):
+            record(self, winner)  # the winner's record lands between the loser's look and its record
+        record(self, decision)
+
+    monkeypatch.setattr(FileDecisionLog, "record", racing_record)
+    with pytest.raises(WriteConflictError):
+        SinkDriver(options).commit_write([TaskMessage(0, 1, 1, 4, "pfx-0-1", str(loser.state), 2, 1, True)])
+    monkeypatch.setattr(FileDecisionLog, "record", record)
+    Committer(TransactionControl(transport), SinkDriver(options).decision_log).roll_forward(winner)
+    assert transport.model.committed_records() == [b"winner"] and transport.model.open_transactions() == []
