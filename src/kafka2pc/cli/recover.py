@@ -13,6 +13,7 @@ from kafka2pc.cli.connection import add_connection_args, client_config
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink import FileDecisionLog, RecoveryIncompleteError, RecoveryReport, recover
+from kafka2pc.sink.recovery import resolve_for_replay
 from kafka2pc.transaction_control import TransactionControl
 
 
@@ -49,12 +50,14 @@ def run_recover(args: argparse.Namespace) -> int:
     prefix, log = _decision_log(args)
     if args.replay and args.resolve is None:
         raise ConfigError("--replay", "goes with --resolve CHECKPOINT")
-    if args.resolve is not None:
-        if not args.reason:
-            raise ConfigError("--reason", "a resolution is recorded with its reason")
-        log.resolve(args.resolve, args.reason, replay=args.replay)
+    if args.resolve is not None and not args.reason:
+        raise ConfigError("--reason", "a resolution is recorded with its reason")
     with ClusterClient(client_config(args)) as client:
         control = TransactionControl(client)
+        if args.resolve is not None and args.replay:
+            resolve_for_replay(control, log, args.resolve, args.reason)
+        elif args.resolve is not None:
+            log.resolve(args.resolve, args.reason)
         stuck: dict[int, str] = {}
         if args.checkpoint_location:  # late task attempts of the stopped query stop instead of opening transactions
             from kafka2pc.spark.window import move_window  # noqa: PLC0415
@@ -90,6 +93,6 @@ def add_recover_command(commands: Any) -> None:
     parser.add_argument("--replay", action="store_true",
                         help="with --resolve: abandon the decision instead of counting it done, so the query's "
                              "replay of that batch (or the same keyed write run again) writes all its rows anew; "
-                             "only when none of its transactions committed")
+                             "refused unless every transaction of it is known aborted (each is aborted first)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_recover)

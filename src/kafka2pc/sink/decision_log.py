@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from kafka2pc.errors import DecisionConflictError, DecisionLogCorruptError
+from kafka2pc.errors import CommandRefusedError, DecisionConflictError, DecisionLogCorruptError
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.sink.storage import Folder, open_folder
@@ -206,16 +206,44 @@ class FileDecisionLog:
         if not reason.strip():
             raise ValueError("a resolution needs a reason")
         if self._read(checkpoint) is None:
-            raise DecisionLogCorruptError(f"cannot resolve checkpoint {checkpoint}: no decision in {self.directory}")
-        resolution: dict[str, Any] = {"checkpoint": checkpoint, "reason": reason, "replay": replay}
+            raise CommandRefusedError(f"cannot resolve checkpoint {checkpoint}: {self.directory} holds no decision of "
+                                      "it (never decided, pruned, or already resolved for replay)")
+        if replay:
+            self._check_replayable(checkpoint)
+        resolution: dict[str, Any] = {"reason": reason, "replay": replay}
         if replay:
             resolution["abandoned"] = json.loads(self.folder.read(self._decision_name(checkpoint)))
-        self.folder.replace(self._resolved_name(checkpoint), json.dumps(resolution, sort_keys=True).encode())
+        self.folder.replace(self._resolved_name(checkpoint), json.dumps(
+            {"checkpoint": checkpoint, "resolutions": [*self._resolutions(checkpoint), resolution]},
+            sort_keys=True).encode())
         if not replay:
             self.mark_done(checkpoint)
             return
         self.folder.delete(self._done_name(checkpoint))
         self.folder.delete(self._decision_name(checkpoint))
+
+    def _check_replayable(self, checkpoint: int) -> None:
+        if self.is_done(checkpoint):
+            raise CommandRefusedError(f"checkpoint {checkpoint} is done (its transactions committed): resolving it "
+                                      "for replay would write its rows twice")
+        last = self.last_checkpoint()
+        if last is not None and checkpoint < last:
+            raise CommandRefusedError(f"checkpoint {checkpoint} is below the last recorded checkpoint {last}: a "
+                                      "replay of it could never be recorded (checkpoints never go back); resolve it "
+                                      "without replay")
+
+    def _resolutions(self, checkpoint: int) -> list[Any]:
+        """Earlier resolutions of ``checkpoint`` (each one is kept: an abandoned record is the only list of what was
+        lost)."""
+        try:
+            body = json.loads(self.folder.read(self._resolved_name(checkpoint)))
+        except FileNotFoundError:
+            return []
+        except ValueError:
+            return [{"unreadable": True}]
+        if isinstance(body, dict) and isinstance(body.get("resolutions"), list):
+            return list(body["resolutions"])
+        return [body]  # a resolution written before resolutions were kept as a list
 
     def _prune(self) -> None:
         if self.retain_done is None:

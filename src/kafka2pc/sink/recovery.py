@@ -14,6 +14,7 @@ from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
 from kafka2pc.errors import (
+    CommandRefusedError,
     Kafka2pcError,
     RecoveryIncompleteError,
     TransactionLostError,
@@ -22,7 +23,7 @@ from kafka2pc.errors import (
 from kafka2pc.sink.committer import Committer
 from kafka2pc.sink.decision_log import DecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
-from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl, TransactionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,30 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     if stuck:
         raise RecoveryIncompleteError(report, stuck)
     return report
+
+
+def resolve_for_replay(control: TransactionControl, decision_log: DecisionLog, checkpoint: int, reason: str) -> None:
+    """Abandon the stuck decision of ``checkpoint`` so that its replay writes it anew
+    (:meth:`~kafka2pc.sink.DecisionLog.resolve` with ``replay=True``) — only once every transaction of it is known
+    aborted. Each is first aborted conditionally (its producer id and epoch), which also fences a committer still
+    rolling it forward; one that committed, or whose fate is unknown, refuses the replay
+    (:class:`~kafka2pc.errors.CommandRefusedError`: resolve it without replay, after checking the topic)."""
+    decision = decision_log.decision(checkpoint)
+    if decision is None:
+        raise CommandRefusedError(f"checkpoint {checkpoint} has no decision to resolve")
+    results = control.abort_all([(t.transactional_id, t.state) for t in decision.transactions])
+    blocking = [f"{t.transactional_id} {t.state}: " + (f"{type(r).__name__}: {r}" if isinstance(r, Exception)
+                                                        else "committed")
+                for t, r in zip(decision.transactions, results, strict=True)
+                if isinstance(r, Exception) or r.outcome is not TransactionOutcome.ABORTED]
+    if blocking:
+        raise CommandRefusedError(
+            f"checkpoint {checkpoint} cannot be resolved for replay: not every transaction of it is known aborted "
+            f"({'; '.join(blocking)}). Replaying it would write rows twice: check the topic, then resolve it "
+            "without replay (the checkpoint then counts as done).")
+    decision_log.resolve(checkpoint, reason, replay=True)
+    log.warning("checkpoint %d abandoned for replay (%d transaction(s), all aborted): %s", checkpoint,
+                len(decision.transactions), reason)
 
 
 def abort_lingering(config: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> list[str]:

@@ -127,7 +127,36 @@ def test_an_operator_resolution_marks_a_stuck_decision_done_with_its_reason(tmp_
         log.resolve(4, "  ")
     log.resolve(4, "transactions timed out without 2PC; input replayed by hand")
     assert log.undone() == [] and log.is_done(4)
-    assert json.loads((tmp_path / f"{4:020d}.resolved.json").read_text())["reason"].startswith("transactions timed")
+    assert json.loads((tmp_path / f"{4:020d}.resolved.json").read_text())["resolutions"][0]["reason"].startswith(
+        "transactions timed")
+
+
+def test_resolving_for_replay_is_refused_where_a_replay_would_write_twice_or_never(tmp_path):
+    """Found by the user-level review: replay=True was accepted on a checkpoint done by a normal commit (its rows
+    would be written twice), and below the last checkpoint (its replay could never be recorded)."""
+    from kafka2pc.errors import CommandRefusedError  # noqa: PLC0415
+
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(3))
+    log.mark_done(3)
+    with pytest.raises(CommandRefusedError, match="is done"):
+        log.resolve(3, "wrong checkpoint", replay=True)
+    log.record(decision(4))
+    log.record(decision(5))
+    with pytest.raises(CommandRefusedError, match="below the last recorded checkpoint 5"):
+        log.resolve(4, "stuck", replay=True)
+    assert [d.checkpoint for d in log.undone()] == [4, 5] and log.is_done(3)
+
+
+def test_every_resolution_is_kept(tmp_path):
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(decision(6))
+    log.resolve(6, "lost: replaying", replay=True)
+    log.record(decision(6))  # the replay's decision
+    log.resolve(6, "stuck again")
+    kept = json.loads((tmp_path / f"{6:020d}.resolved.json").read_text())["resolutions"]
+    assert [(r["reason"], r["replay"], "abandoned" in r) for r in kept] == [("lost: replaying", True, True),
+                                                                          ("stuck again", False, False)]
 
 
 def test_an_empty_transaction_recorded_by_an_older_release_is_skipped(tmp_path):

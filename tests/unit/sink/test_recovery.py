@@ -9,10 +9,10 @@ import pytest
 
 from kafka2pc import TwoPhaseProducer
 from kafka2pc._core.messages import InitProducerId
-from kafka2pc.errors import DecisionLogCorruptError, RecoveryIncompleteError
+from kafka2pc.errors import CommandRefusedError, DecisionLogCorruptError, RecoveryIncompleteError
 from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction, recover
 from kafka2pc.sink.naming import TransactionalIdGrammar
-from kafka2pc.sink.recovery import abort_open_transactions
+from kafka2pc.sink.recovery import abort_open_transactions, resolve_for_replay
 from kafka2pc.transaction_control import TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 
@@ -93,7 +93,16 @@ def test_a_lost_checkpoint_resolved_for_replay_is_written_by_its_replay(transpor
     control.abort(lost.transactional_id, lost.state)  # the broker aborted it (a timeout, without 2PC)
     with pytest.raises(RecoveryIncompleteError):
         recover(control, "job", log)
-    log.resolve(2, "its rows were lost; replaying batch 2", replay=replay)
+    if replay and transport.model.transaction_version == 1:
+        # the abort above fenced with a second bump (v1): the coordinator no longer says how the transaction
+        # ended, so the replay is refused rather than risk writing it twice
+        with pytest.raises(CommandRefusedError, match="not every transaction of it is known aborted"):
+            resolve_for_replay(control, log, 2, "replaying batch 2")
+        return
+    if replay:
+        resolve_for_replay(control, log, 2, "its rows were lost; replaying batch 2")
+    else:
+        log.resolve(2, "its rows were lost")
     assert recover(control, "job", log).stuck == ()
     replayed = Committer(control, log).settle(2, [prepare(transport, "job-0-1", b"replayed", checkpoint=2)])
     assert replayed.decided_now is replay
@@ -101,3 +110,34 @@ def test_a_lost_checkpoint_resolved_for_replay_is_written_by_its_replay(transpor
     assert transport.model.open_transactions() == []
     assert (log.newest().checkpoint, dict(log.newest().metadata)) == ((2, {}) if replay else
                                                                       (2, {"write_versions": {"app": 2}}))
+
+
+def test_a_checkpoint_with_a_committed_transaction_is_never_resolved_for_replay(transport, tmp_path):
+    control = TransactionControl(transport)
+    log = FileDecisionLog(tmp_path, "job")
+    committed, lost = prepare(transport, "job-0-0", b"in", checkpoint=2), prepare(transport, "job-1-0", b"out", 2)
+    log.record(Decision(2, [committed, lost]))
+    control.abort(lost.transactional_id, lost.state)
+    with pytest.raises(RecoveryIncompleteError):
+        recover(control, "job", log)  # commits job-0-0, finds job-1-0 lost
+    with pytest.raises(CommandRefusedError, match=r"job-0-0 [0-9:]+: committed"):
+        resolve_for_replay(control, log, 2, "replay it")
+    assert [d.checkpoint for d in log.undone()] == [2]  # nothing resolved: the replay would write b"in" twice
+
+
+def test_resolving_for_replay_fences_a_committer_still_rolling_the_decision_forward(transport, tmp_path):
+    """The operator abandons checkpoint 2 while a live driver is about to roll it forward (found by the adversarial
+    review: the abandoned transaction committed, then its replay wrote the rows a second time)."""
+    from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError  # noqa: PLC0415
+    from kafka2pc.sink import Committer  # noqa: PLC0415
+
+    control = TransactionControl(transport)
+    log = FileDecisionLog(tmp_path, "job")
+    pending = prepare(transport, "job-0-0", b"abandoned", checkpoint=2)
+    decision = Decision(2, [pending])
+    log.record(decision)
+    resolve_for_replay(control, log, 2, "replay it")
+    with pytest.raises((TransactionLostError, TransactionOutcomeUnknownError)):  # v1: the abort's fence moved it on
+        Committer(control, FileDecisionLog(tmp_path, "job")).roll_forward(decision)  # the live driver, too late
+    replayed = Committer(control, log).settle(2, [prepare(transport, "job-0-1", b"replayed", checkpoint=2)])
+    assert replayed.decided_now and transport.model.committed_records() == [b"replayed"]
