@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
 
-from kafka2pc.errors import CommandRefusedError, DecisionConflictError, DecisionLogCorruptError
+from kafka2pc.errors import (
+    CommandRefusedError,
+    DecisionConflictError,
+    DecisionLogCorruptError,
+    StorageUnavailableError,
+)
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
 from kafka2pc.sink.storage import Folder, open_folder
 
 FORMAT = "kafka2pc.decision/1"
+#: how long a decision's create is sent again while the store gives no definite answer (seconds)
+CREATE_RETRY_S = 30.0
+_log = logging.getLogger(__name__)
 _DECISION_FILE = re.compile(r"(\d{20})\.decision\.json")
 _DONE_FILE = re.compile(r"(\d{20})\.done")
 
@@ -116,12 +126,28 @@ class FileDecisionLog:
             if last is not None and decision.checkpoint < last:
                 raise DecisionConflictError(f"checkpoint {decision.checkpoint} is below the last recorded checkpoint "
                                             f"{last} in {self.directory}: checkpoints never go back")
-            if self.folder.create(name, encoded):
+            if self._create(name, encoded):
                 return
         self.decision(decision.checkpoint)  # a corrupt record raises here
         if self.folder.read(name) != encoded:
             raise DecisionConflictError(f"checkpoint {decision.checkpoint} is already recorded in {self.directory} "
                                         "with another decision; a recorded decision is never replaced")
+
+    def _create(self, name: str, encoded: bytes) -> bool:
+        """The commit point's create, sent again (the same bytes, still exclusive) while the store gives no definite
+        answer, for up to :data:`CREATE_RETRY_S`: a create whose answer was lost may land later, and only a
+        definite answer — created, or exists (then read back) — keeps Spark's abort() from racing it."""
+        deadline, pause = time.monotonic() + CREATE_RETRY_S, 0.2
+        while True:
+            try:
+                return self.folder.create(name, encoded)
+            except StorageUnavailableError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                _log.warning("%s: no definite answer to creating %s (%s); sending it again in %.1f s", self.directory,
+                             name, exc, pause)
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
 
     def mark_done(self, checkpoint: int) -> None:
         if not self.folder.exists(self._decision_name(checkpoint)):

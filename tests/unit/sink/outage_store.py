@@ -24,16 +24,21 @@ class OutageFileSystem(AbstractFileSystem):  # type: ignore[misc]
         self.local = LocalFileSystem()
         self.failing: re.Pattern[str] | None = None
         self.times: int | None = None
+        self.calls: tuple[str, ...] | None = None
         self.failed: list[str] = []
+        #: pipe_file on a failing path writes first, then fails: the answer of a write that landed is lost
+        self.lose_answers = False
 
-    def outage(self, paths: str, *, times: int | None = None) -> None:
-        self.failing, self.times = re.compile(paths), times
+    def outage(self, paths: str, *, times: int | None = None, calls: tuple[str, ...] | None = None) -> None:
+        """Calls (all, or those named in ``calls``) on paths matching ``paths`` fail, ``times`` times (None: until
+        :meth:`end_outage`)."""
+        self.failing, self.times, self.calls = re.compile(paths), times, calls
 
     def end_outage(self) -> None:
         self.failing = None
 
     def _check(self, call: str, path: str) -> None:
-        if self.failing is None or not self.failing.search(path):
+        if self.failing is None or not self.failing.search(path) or (self.calls and call not in self.calls):
             return
         if self.times is not None:
             if self.times <= 0:
@@ -51,7 +56,12 @@ class OutageFileSystem(AbstractFileSystem):  # type: ignore[misc]
         return bytes(self.local.cat_file(path, start=start, end=end, **kwargs))
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if self.lose_answers:
+            self._write(path, value, mode)
         self._check("pipe_file", path)
+        self._write(path, value, mode)
+
+    def _write(self, path: str, value: bytes, mode: str) -> None:
         self.local.makedirs(self.local._parent(path), exist_ok=True)
         if mode == "create":
             with open(path, "xb") as handle:  # an exclusive create, as S3's If-None-Match: *

@@ -120,3 +120,34 @@ def test_an_hdfs_replace_cut_short_leaves_every_method_agreeing(tmp_path):
     assert name in folder.names() and f"{name}.old" not in folder.names()
     folder.delete(name)  # pruning removes the file moved aside too
     assert not log.is_done(1) and name not in folder.names()
+
+
+def test_a_decision_whose_create_gets_no_definite_answer_is_sent_again_until_it_does(tmp_path):
+    """Found by the adversarial review: a create whose answer was lost, then a look that found nothing (the write
+    still in flight), raised at once; Spark's abort() then aborted the transactions, and the create landed after:
+    a decided checkpoint whose transactions were aborted. The create is sent again until the store answers."""
+    fs, folder = outage_folder(str(tmp_path))
+    log = FileDecisionLog(folder, "job")
+    fs.outage(r"decision\.json", times=3, calls=("pipe_file",))  # three creates fail, then the store answers
+    log.record(decision(1))
+    assert log.decision(1) == decision(1) and fs.failed
+
+
+def test_a_create_that_landed_with_its_answer_lost_is_recorded_once(tmp_path):
+    fs, folder = outage_folder(str(tmp_path))
+    log = FileDecisionLog(folder, "job")
+    fs.lose_answers = True
+    fs.outage(r"00001\.decision\.json", times=1, calls=("pipe_file",))  # it lands; its answer is lost
+    log.record(decision(1))
+    assert log.decision(1) == decision(1) and fs.failed[:1] == ["pipe_file 00000000000000000001.decision.json"]
+
+
+def test_a_create_without_a_definite_answer_for_the_whole_window_raises_retriable(tmp_path, monkeypatch):
+    monkeypatch.setattr("kafka2pc.sink.decision_log.CREATE_RETRY_S", 1.0)
+    fs, folder = outage_folder(str(tmp_path))
+    log = FileDecisionLog(folder, "job")
+    fs.outage(r"decision\.json", calls=("pipe_file",))
+    with pytest.raises(RetriableError):
+        log.record(decision(1))
+    assert len(fs.failed) == 3  # sent again within the window (after 0.2 and 0.4 s), then given up
+    assert log.decision(1) is None
