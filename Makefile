@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-recovery chaos clean
+.PHONY: setup jars s3a-jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -23,6 +23,10 @@ jars: setup
 	$(PY) -m kafka2pc.testing.jars
 	$(PY) -m kafka2pc.testing.spark jars
 
+# Hadoop's S3A filesystem for the Spark drivers whose checkpoint is on the tests' S3 server (about 700 MB, once).
+s3a-jars: setup
+	$(PY) -c 'from kafka2pc.testing.s3 import s3a_jars; print(len(s3a_jars()), "S3A jar(s)")'
+
 # The dual-write tests need a PostgreSQL server's binaries (the tests start and stop it; it runs as nobody).
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$KAFKA2PC_POSTGRES_DSN" ] || { \
@@ -35,7 +39,7 @@ lint: setup
 
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers,
 # each with its own brokers and Spark cluster, handed the tests longest first (tests/conftest.py).
-test: jars postgres lint
+test: jars s3a-jars postgres lint
 	$(PY) -m pytest -m "not slow" -n 2 --dist load --durations=25 $(PYTEST_ARGS)
 
 demo: jars
@@ -60,9 +64,9 @@ bench-recovery: jars
 # Long chaos runs, by their own target (not part of `make test`): 50 000 model-based sequences, and the Spark main
 # job's driver SIGKILLed 30 times (3 in the default suite, the first ones aimed inside a transaction), and the
 # foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned), and the main
-# job with its checkpoint on HDFS 5 times (once in the default suite), and the main job through 5 storage outages
+# job with its checkpoint on HDFS 5 times (the default suite kills it once, after a NameNode outage), and the main job through 5 storage outages
 # around its commits with its checkpoint on HDFS and 5 on S3 (one each in the default suite).
-chaos: jars
+chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
 	KAFKA2PC_FOREACH_BATCH_KILLS=12 $(PY) -m pytest -p no:logging tests/integration/test_spark_foreach_batch.py $(PYTEST_ARGS)

@@ -161,11 +161,13 @@ def test_a_decision_log_on_hdfs_is_exclusive_and_completes(hdfs):
     assert files.read("sink.json") == b"3" and files.names() == ["sink.json"]
 
 
+@pytest.mark.slow  # make chaos; the default suite kills the HDFS job in test_storage_outages.py, after its outage
 @pytest.mark.timeout(600)
 def test_the_main_job_with_its_checkpoint_on_hdfs_survives_driver_kills(hdfs, kafka, topic_factory, tmp_path):
     """Spark's own checkpoint (offsets, commits: written by pyspark's Hadoop client) and kafka2pc's decisions
-    (through WebHDFS) both on HDFS; the driver's process group SIGKILLed inside a transaction and restarted (once in
-    the default suite, ``KAFKA2PC_HDFS_DRIVER_KILLS`` times in ``make chaos``)."""
+    (through WebHDFS) both on HDFS; the driver's process group SIGKILLed inside a transaction and restarted,
+    ``KAFKA2PC_HDFS_DRIVER_KILLS`` times in ``make chaos`` (the default suite kills the same job once, after a NameNode
+    outage, in test_storage_outages.py)."""
     pytest.importorskip("pyspark")
     from kafka2pc.testing.spark import run_driver  # noqa: PLC0415
 
