@@ -137,11 +137,13 @@ def test_a_bare_412_is_read_back_and_compared(rewriter, s3_server):
     assert log.decision(1) == decision(1, 7)
 
 
-def test_a_409_while_another_write_is_in_flight_is_retriable_and_a_retry_records(rewriter, s3_server):
+def test_a_409_while_another_write_is_in_flight_is_retriable_and_a_retry_records(rewriter, s3_server, monkeypatch):
+    monkeypatch.setattr("kafka2pc.sink.decision_log.CREATE_RETRY_S", 1.0)  # the create is sent again for 1 s
     log = log_behind(rewriter, s3_server)
     rewriter.mode = "conflict-before"
     with pytest.raises(RetriableError):
         log.record(decision(1, 7))  # nothing is stored, nothing is concluded
+    assert rewriter.rewritten == 3  # sent again after 0.2 and 0.4 s, then given up
     rewriter.mode = "forward"
     assert log.decision(1) is None
     log.record(decision(1, 7))
