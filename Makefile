@@ -62,7 +62,7 @@ bench-recovery: jars
 	$(PY) benchmarks/recovery.py
 
 # Long chaos runs, by their own target (not part of `make test`): 50 000 model-based sequences, and the Spark main
-# job's driver SIGKILLed 30 times (3 in the default suite, the first ones aimed inside a transaction), and the
+# job's driver SIGKILLed 30 times (2 in the default suite, the first ones aimed inside a transaction), and the
 # foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned), and the main
 # job with its checkpoint on HDFS 5 times (the default suite kills it once, after a NameNode outage), and the main job through 5 storage outages
 # around its commits with its checkpoint on HDFS and 5 on S3 (one each in the default suite).
