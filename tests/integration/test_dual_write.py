@@ -66,14 +66,18 @@ def database(request, tmp_path) -> Iterator[Database]:
         path = tmp_path / "app.db"
         db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
     else:
-        dsn = request.getfixturevalue("postgres_dsn")
-        schema = f"s_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f"CREATE SCHEMA {schema}")
-        scoped = f"{dsn} options='-c search_path={schema}'"
-        db = Database(scoped, lambda: psycopg.connect(scoped), "%s")
+        db, _ = schema_database(request.getfixturevalue("postgres_dsn"))
     create_orders(db)
     yield db
+
+
+def schema_database(dsn: str) -> tuple[Database, str]:
+    """A PostgreSQL schema of its own (and its name), as a test's database."""
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    scoped = f"{dsn} options='-c search_path={schema}'"
+    return Database(scoped, lambda: psycopg.connect(scoped), "%s"), schema
 
 
 def create_orders(db: Database) -> None:
@@ -421,11 +425,7 @@ def test_a_client_dropped_at_commit_while_postgres_commits_leaves_db_and_kafka_e
 
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     server = conninfo_to_dict(postgres_dsn)
-    schema = f"s_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    direct = f"{postgres_dsn} options='-c search_path={schema}'"
-    db = Database(direct, lambda: psycopg.connect(direct), "%s")
+    db, schema = schema_database(postgres_dsn)
     create_orders(db)
     with PgProxy(str(server.get("host", "127.0.0.1")), int(server.get("port", 5432)), commit_delay_s=0.5) as proxy:
         proxy.start()

@@ -14,6 +14,8 @@ import attrs
 
 
 class CommitOutcome(enum.Enum):
+    """What a failed database commit is taken to have done."""
+
     COMMITTED = "committed"
     FAILED = "failed"
     UNKNOWN = "unknown"

@@ -12,50 +12,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from importlib import resources
 from pathlib import Path
 
-from kafka2pc.testing.errors import HarnessSetupError
-from kafka2pc.testing.jars import default_cache_dir, require_tool
+from kafka2pc.testing.jars import default_cache_dir, maven_dependencies, require_tool
 from kafka2pc.testing.local import free_ports
 from kafka2pc.testing.proxy import LOOPBACK
 from kafka2pc.testing.services import ServiceProcess
 
 HADOOP_VERSION = "3.4.1"
-_MARKER = ".complete"
 _START_S = 120.0
 _RESTART_S = 90.0
 
 
 def hdfs_jars(version: str = HADOOP_VERSION) -> Path:
     """The folder of the mini cluster's jars, resolved with Maven into the jar cache on first use."""
-    target = default_cache_dir() / f"hdfs-{version}"
-    if (target / _MARKER).exists():
-        return target
-    mvn = require_tool("mvn", "to download Hadoop's mini HDFS cluster from Maven Central")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".hdfs-{version}-", dir=target.parent))
-    try:
-        with resources.as_file(resources.files(__package__).joinpath("hdfs-pom.xml")) as pom:
-            proc = subprocess.run([mvn, "-B", "-q", "-f", str(pom), f"-Dhadoop.version={version}",
-                                   f"-DoutputDirectory={staging}", "dependency:copy-dependencies"],
-                                  capture_output=True, text=True, check=False, timeout=900)
-        if proc.returncode != 0:
-            raise HarnessSetupError(f"Maven could not resolve hadoop-minicluster {version}:\n"
-                                    f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
-        (staging / _MARKER).write_text(version)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return maven_dependencies(default_cache_dir() / f"hdfs-{version}", "hdfs-pom.xml", {"hadoop.version": version},
+                              what=f"Hadoop's mini HDFS cluster {version}", expect="hadoop-minicluster-*.jar",
+                              runtime_only=False)
 
 
 def _site(path: Path, settings: dict[str, str]) -> None:

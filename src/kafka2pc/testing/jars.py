@@ -49,32 +49,29 @@ def require_tool(name: str, what_for: str) -> str:
     return path
 
 
-def jars_dir(version: str, cache_dir: Path | None = None) -> Path:
-    """The folder holding the jars of ``version``, resolving them with Maven first if needed."""
-    cache = cache_dir or default_cache_dir()
-    target = cache / version
+def maven_dependencies(target: Path, pom: str, properties: dict[str, str], *, what: str, expect: str,
+                       runtime_only: bool = True, timeout_s: float = 900) -> Path:
+    """``target``, holding the dependencies of the harness's ``pom`` (a resource of this package) resolved with Maven
+    under ``properties``, once: they are copied into a staging folder, renamed into place when complete (a file
+    matching ``expect`` arrived), and kept from then on. ``what`` names them in messages."""
     if (target / _MARKER).exists():
         return target
-    mvn = require_tool("mvn", "to download Apache Kafka's jars from Maven Central")
-    cache.mkdir(parents=True, exist_ok=True)
-    log.info("resolving Apache Kafka %s jars into %s", version, target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache))
+    mvn = require_tool("mvn", f"to download {what} from Maven Central")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("resolving %s into %s", what, target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        with resources.as_file(resources.files(__package__).joinpath("broker-pom.xml")) as pom:
-            cmd = [
-                mvn, "-B", "-q", "-f", str(pom),
-                f"-Dkafka.version={version}",
-                f"-DoutputDirectory={staging}",
-                "-DincludeScope=runtime",
-                "dependency:copy-dependencies",
-            ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+        with resources.as_file(resources.files(__package__).joinpath(pom)) as pom_file:
+            cmd = [mvn, "-B", "-q", "-f", str(pom_file), *(f"-D{k}={v}" for k, v in properties.items()),
+                   f"-DoutputDirectory={staging}", *(["-DincludeScope=runtime"] if runtime_only else []),
+                   "dependency:copy-dependencies"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise HarnessSetupError(f"Maven could not resolve Apache Kafka {version}:\n{tail}")
-        if not any(staging.glob("kafka_2.13-*.jar")):
-            raise HarnessSetupError(f"Maven finished but no kafka_2.13 jar for {version} arrived in {staging}")
-        (staging / _MARKER).write_text(version + "\n")
+            raise HarnessSetupError(f"Maven could not resolve {what}:\n{tail}")
+        if not any(staging.glob(expect)):
+            raise HarnessSetupError(f"Maven finished but no {expect} of {what} arrived in {staging}")
+        (staging / _MARKER).write_text(" ".join(properties.values()) + "\n")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -82,6 +79,12 @@ def jars_dir(version: str, cache_dir: Path | None = None) -> Path:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def jars_dir(version: str, cache_dir: Path | None = None) -> Path:
+    """The folder holding the jars of ``version``, resolving them with Maven first if needed."""
+    return maven_dependencies((cache_dir or default_cache_dir()) / version, "broker-pom.xml",
+                              {"kafka.version": version}, what=f"Apache Kafka {version}", expect="kafka_2.13-*.jar")
 
 
 def classpath(version: str, cache_dir: Path | None = None) -> str:

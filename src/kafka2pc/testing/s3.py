@@ -14,26 +14,20 @@ S3A pointed at this server by a ``core-site.xml`` in ``HADOOP_CONF_DIR``)."""
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from kafka2pc.testing.errors import HarnessSetupError
-from kafka2pc.testing.jars import default_cache_dir, require_tool
+from kafka2pc.testing.jars import default_cache_dir, maven_dependencies
 from kafka2pc.testing.local import free_ports
 from kafka2pc.testing.proxy import LOOPBACK
 from kafka2pc.testing.services import ServiceProcess
-
-_MARKER = ".complete"
 
 
 def pyspark_hadoop_version() -> str:
@@ -51,25 +45,9 @@ def s3a_jars(hadoop_version: str | None = None) -> list[Path]:
     """hadoop-aws (of pyspark's Hadoop version by default) and its AWS SDK bundle, resolved with Maven into the jar
     cache on first use (about 700 MB)."""
     version = hadoop_version or pyspark_hadoop_version()
-    target = default_cache_dir() / f"s3a-{version}"
-    if not (target / _MARKER).exists():
-        mvn = require_tool("mvn", "to download Hadoop's S3A filesystem (hadoop-aws) from Maven Central")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".s3a-{version}-", dir=target.parent))
-        try:
-            with resources.as_file(resources.files(__package__).joinpath("s3a-pom.xml")) as pom:
-                proc = subprocess.run([mvn, "-B", "-q", "-f", str(pom), f"-Dhadoop.version={version}",
-                                       f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-                                       "dependency:copy-dependencies"],
-                                      capture_output=True, text=True, check=False, timeout=1800)
-            if proc.returncode != 0 or not any(staging.glob("hadoop-aws-*.jar")):
-                raise HarnessSetupError(f"Maven could not resolve hadoop-aws {version}:\n"
-                                        f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
-            (staging / _MARKER).write_text(version)
-            shutil.rmtree(target, ignore_errors=True)
-            staging.rename(target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    target = maven_dependencies(default_cache_dir() / f"s3a-{version}", "s3a-pom.xml", {"hadoop.version": version},
+                                what=f"Hadoop's S3A filesystem (hadoop-aws {version})", expect="hadoop-aws-*.jar",
+                                timeout_s=1800)
     return sorted(target.glob("*.jar"))
 
 
@@ -113,9 +91,10 @@ class S3Server(ServiceProcess):
         return {**self.environment(), "HADOOP_CONF_DIR": str(conf_dir),
                 "SPARK_DIST_CLASSPATH": ":".join(str(jar) for jar in s3a_jars())}
 
-    def _bucket_created(self) -> bool:
+    def _bucket_request(self, method: str) -> bool:
+        """Whether the server answered ``method`` on the bucket (PUT creates it, HEAD looks at it)."""
         try:
-            request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method="PUT")
+            request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method=method)
             urllib.request.urlopen(request, timeout=2).close()
         except (urllib.error.URLError, ConnectionError):
             return False
@@ -130,14 +109,6 @@ class S3Server(ServiceProcess):
             return False  # accepted while the listening socket was being closed, then reset
         return False
 
-    def _bucket_answers(self) -> bool:
-        try:
-            request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method="HEAD")
-            urllib.request.urlopen(request, timeout=2).close()
-        except (urllib.error.URLError, ConnectionError):
-            return False
-        return True
-
     def start(self) -> S3Server:
         """Start the server and create the bucket."""
         try:
@@ -146,7 +117,7 @@ class S3Server(ServiceProcess):
             raise HarnessSetupError("moto's server is missing: pip install 'moto[server]' (kafka2pc's dev extra)") \
                 from None
         self._launch([sys.executable, "-m", "kafka2pc.testing.s3_server", "--host", LOOPBACK, "--port", str(self.port)],
-                     self._bucket_created, timeout_s=30)
+                     lambda: self._bucket_request("PUT"), timeout_s=30)
         return self
 
     def _signal_and_wait(self, signal_number: int, done: Callable[[], bool], what: str) -> None:
@@ -168,7 +139,7 @@ class S3Server(ServiceProcess):
 
     def serve_again(self) -> None:
         """Listen on the same port again; returns once the bucket answers."""
-        self._signal_and_wait(signal.SIGUSR2, self._bucket_answers, "serve again")
+        self._signal_and_wait(signal.SIGUSR2, lambda: self._bucket_request("HEAD"), "serve again")
         if self._stopped_at is not None:
             self.outages.append((self._stopped_at, time.monotonic()))
             self._stopped_at = None
