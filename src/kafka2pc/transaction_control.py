@@ -187,6 +187,16 @@ class TransactionControl:
         """:meth:`abort` for many transactions at once."""
         return self._run_all([(txn_id, self._aborting(txn_id, state)) for txn_id, state in transactions])
 
+    def look_up_all(self, transactions: Sequence[tuple[str, PreparedTxnState]]) -> Sequence[Settled | Exception]:
+        """What became of each transaction, ending nothing: a Settled whose outcome is COMMITTED or ABORTED, or None
+        while it is still open; TransactionOutcomeUnknownError where the coordinator no longer says."""
+        def looking(transactional_id: str, transaction: PreparedTxnState) -> Completion:
+            recorded = self._recorded(transaction)
+            return Completion(transactional_id, recorded, Goal.LOOK_UP,
+                              recorded.transaction_version or self.transaction_version)
+
+        return self._run_all([(txn_id, looking(txn_id, state)) for txn_id, state in transactions])
+
     def complete(self, transactional_id: str, transaction: PreparedTxnState) -> bool:
         """:meth:`commit`; True once committed."""
         return self.commit(transactional_id, transaction).outcome is TransactionOutcome.COMMITTED

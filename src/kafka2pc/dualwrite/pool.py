@@ -69,7 +69,7 @@ class DualWriterPool:
                 try:
                     writer.recover()
                 except BaseException:
-                    self._close_quietly(writer)
+                    self._close_quietly(writer, settle=False)  # its recovery just failed: not tried twice
                     raise
                 self._free.put(writer)
         except BaseException:
@@ -146,7 +146,7 @@ class DualWriterPool:
             self._unsettled.discard(transactional_id)
         log.error("%r: benched, the pool goes on with %d of %d ids: %r", transactional_id,
                   len(self.transactional_ids) - len(self.benched), len(self.transactional_ids), exc)
-        self._close_quietly(writer)
+        self._close_quietly(writer, settle=False)  # fenced (its transaction is the new owner's) or an operator's
 
     def _release(self, writer: DualWriter) -> None:
         with self._lock:

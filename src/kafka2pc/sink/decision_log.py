@@ -235,20 +235,37 @@ class FileDecisionLog:
             raise CommandRefusedError(f"cannot resolve checkpoint {checkpoint}: {self.directory} holds no decision of "
                                       "it (never decided, pruned, or already resolved for replay)")
         if replay:
-            self._check_replayable(checkpoint)
+            self.check_replayable(checkpoint)
         resolution: dict[str, Any] = {"reason": reason, "replay": replay}
         if replay:
             resolution["abandoned"] = json.loads(self.folder.read(self._decision_name(checkpoint)))
-        self.folder.replace(self._resolved_name(checkpoint), json.dumps(
-            {"checkpoint": checkpoint, "resolutions": [*self._resolutions(checkpoint), resolution]},
-            sort_keys=True).encode())
+        self._add_resolution(checkpoint, resolution)
         if not replay:
             self.mark_done(checkpoint)
             return
         self.folder.delete(self._done_name(checkpoint))
         self.folder.delete(self._decision_name(checkpoint))
 
-    def _check_replayable(self, checkpoint: int) -> None:
+    def _add_resolution(self, checkpoint: int, resolution: dict[str, Any]) -> None:
+        self.folder.replace(self._resolved_name(checkpoint), json.dumps(
+            {"checkpoint": checkpoint, "resolutions": [*self._resolutions(checkpoint), resolution]},
+            sort_keys=True).encode())
+
+    def note_pending_replay(self, checkpoint: int, transactions: list[str]) -> None:
+        """Note, before ending any of them, that ``transactions`` are being aborted to resolve ``checkpoint`` for
+        replay (see :func:`~kafka2pc.sink.recovery.resolve_for_replay`)."""
+        self._add_resolution(checkpoint, {"pending_replay": transactions})
+
+    def pending_replay(self, checkpoint: int) -> list[str] | None:
+        """The transactions of an unfinished resolution for replay of ``checkpoint``, if the last one is that."""
+        resolutions = self._resolutions(checkpoint)
+        last = resolutions[-1] if resolutions else None
+        return [str(t) for t in last["pending_replay"]] if isinstance(last, dict) and "pending_replay" in last \
+            else None
+
+    def check_replayable(self, checkpoint: int) -> None:
+        """Refuse (CommandRefusedError) to resolve ``checkpoint`` for replay where its replay would write twice (it
+        is done) or never (it is below the last recorded checkpoint)."""
         if self.is_done(checkpoint):
             raise CommandRefusedError(f"checkpoint {checkpoint} is done (its transactions committed): resolving it "
                                       "for replay would write its rows twice")

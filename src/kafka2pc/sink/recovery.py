@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import attrs
 
@@ -21,9 +21,10 @@ from kafka2pc.errors import (
     TransactionOutcomeUnknownError,
 )
 from kafka2pc.sink.committer import Committer
-from kafka2pc.sink.decision_log import DecisionLog
+from kafka2pc.sink.decision_log import DecisionLog, FileDecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
-from kafka2pc.transaction_control import OPEN_STATES, TransactionControl, TransactionOutcome
+from kafka2pc.sink.prepared import PreparedTransaction
+from kafka2pc.transaction_control import OPEN_STATES, Settled, TransactionControl, TransactionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -104,28 +105,59 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     return report
 
 
-def resolve_for_replay(control: TransactionControl, decision_log: DecisionLog, checkpoint: int, reason: str) -> None:
+def resolve_for_replay(control: TransactionControl, decision_log: FileDecisionLog, checkpoint: int,
+                       reason: str) -> None:
     """Abandon the stuck decision of ``checkpoint`` so that its replay writes it anew
-    (:meth:`~kafka2pc.sink.DecisionLog.resolve` with ``replay=True``) — only once every transaction of it is known
-    aborted. Each is first aborted conditionally (its producer id and epoch), which also fences a committer still
-    rolling it forward; one that committed, or whose fate is unknown, refuses the replay
-    (:class:`~kafka2pc.errors.CommandRefusedError`: resolve it without replay, after checking the topic)."""
+    (:meth:`~kafka2pc.sink.DecisionLog.resolve` with ``replay=True``), only when that cannot write anything twice.
+
+    Nothing is ended before it is known safe: the log's own refusals come first (a done checkpoint, one below the
+    last), then a look at every transaction of the decision, ending nothing. One that committed, or whose fate is
+    unknown, refuses the replay; so does a decision none of whose transactions is lost (recovery can still complete
+    it). Only then is the replay noted as pending and the open transactions aborted, conditionally on their
+    producer id and epoch; a rerun after an interruption takes the transactions the pending note names as aborted
+    by it (on protocol v1 its fence leaves their fate unreadable). Run it with the query stopped: a committer rolling
+    the decision forward meanwhile can still commit one of them, which then refuses the replay
+    (:class:`~kafka2pc.errors.CommandRefusedError` throughout)."""
     decision = decision_log.decision(checkpoint)
     if decision is None:
         raise CommandRefusedError(f"checkpoint {checkpoint} has no decision to resolve")
-    results = control.abort_all([(t.transactional_id, t.state) for t in decision.transactions])
-    blocking = [f"{t.transactional_id} {t.state}: " + (f"{type(r).__name__}: {r}" if isinstance(r, Exception)
-                                                        else "committed")
-                for t, r in zip(decision.transactions, results, strict=True)
-                if isinstance(r, Exception) or r.outcome is not TransactionOutcome.ABORTED]
-    if blocking:
-        raise CommandRefusedError(
-            f"checkpoint {checkpoint} cannot be resolved for replay: not every transaction of it is known aborted "
-            f"({'; '.join(blocking)}). Replaying it would write rows twice: check the topic, then resolve it "
-            "without replay (the checkpoint then counts as done).")
+    decision_log.check_replayable(checkpoint)
+    pairs = [(t.transactional_id, t.state) for t in decision.transactions]
+    named = [f"{txn_id} {state}" for txn_id, state in pairs]
+    pending = decision_log.pending_replay(checkpoint) == named
+    looked = control.look_up_all(pairs)
+    _refuse_unless_replayable(checkpoint, decision.transactions, looked, pending=pending)
+    if not pending and all(isinstance(r, Settled) and r.outcome is None for r in looked):
+        raise CommandRefusedError(f"checkpoint {checkpoint} is not lost: every transaction of it is still open, and "
+                                  "recovery (`kafka2pc recover` without --resolve) can complete it")
+    decision_log.note_pending_replay(checkpoint, named)
+    open_ones = [pair for pair, r in zip(pairs, looked, strict=True) if isinstance(r, Settled) and r.outcome is None]
+    aborted = control.abort_all(open_ones)
+    _refuse_unless_replayable(checkpoint, [t for t, r in zip(decision.transactions, looked, strict=True)
+                                           if isinstance(r, Settled) and r.outcome is None], aborted, pending=True)
     decision_log.resolve(checkpoint, reason, replay=True)
     log.warning("checkpoint %d abandoned for replay (%d transaction(s), all aborted): %s", checkpoint,
                 len(decision.transactions), reason)
+
+
+def _refuse_unless_replayable(checkpoint: int, transactions: Sequence[PreparedTransaction],
+                              results: Sequence[Settled | Exception], *, pending: bool) -> None:
+    """Refuse when a result shows a transaction committed, or (unless a pending replay of ours aborted it) of an
+    unknown fate."""
+    blocking = []
+    for txn, result in zip(transactions, results, strict=False):
+        name = f"{txn.transactional_id} {txn.state}"
+        if isinstance(result, Settled) and result.outcome is TransactionOutcome.COMMITTED:
+            blocking.append(f"{name}: committed")
+        elif isinstance(result, TransactionOutcomeUnknownError) and not pending:
+            blocking.append(f"{name}: {result}")
+        elif isinstance(result, Exception) and not isinstance(result, TransactionOutcomeUnknownError):
+            blocking.append(f"{name}: {type(result).__name__}: {result}")
+    if blocking:
+        raise CommandRefusedError(
+            f"checkpoint {checkpoint} cannot be resolved for replay: not every transaction of it is known aborted "
+            f"({'; '.join(blocking)}). Replaying it could write rows twice: check the topic, then resolve it "
+            "without replay (the checkpoint then counts as done).")
 
 
 def abort_lingering(config: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> list[str]:

@@ -136,9 +136,9 @@ class SinkDriver:
         settlement = Committer(self.control, self.decision_log).settle(checkpoint, offered, metadata)
         settled = time.monotonic()
         self._move_window()  # an attempt whose transaction is not open yet never opens it
-        # a replay, or a lost race: another decision of this log may still be completing; never abort its ids
-        keep = () if settlement.decided_now else self._undone_ids()
-        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), keep)
+        # another decision of this log may still be completing (a replay or a lost race here; another write on the
+        # location deciding a later checkpoint): never abort its ids
+        abort_open_transactions(self.control, TransactionalIdGrammar(self.state.prefix), self._undone_ids())
         if not settlement.decided_now:
             log.info("checkpoint %d was already decided (a replay): %d transaction(s) of this run aborted",
                      checkpoint, len(settlement.aborted))

@@ -24,6 +24,11 @@ def transport(request):
     return ModelTransport(CoordinatorModel(transaction_version=request.param, two_phase_enabled=True), Faults())
 
 
+def broker_times_out(transport, txn: PreparedTransaction) -> None:
+    """The coordinator's timeout aborts ``txn`` (fenced, as a broker without two-phase commit does)."""
+    transport.model.fence_and_abort(transport.model.ids[txn.transactional_id])
+
+
 def prepare(transport, txn_id: str, value: bytes, checkpoint: int = 1) -> PreparedTransaction:
     producer = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": txn_id}, two_phase_commit=True,
                                 transport=transport)
@@ -90,15 +95,9 @@ def test_a_lost_checkpoint_resolved_for_replay_is_written_by_its_replay(transpor
     log = FileDecisionLog(tmp_path, "job")
     lost = prepare(transport, "job-0-0", b"first", checkpoint=2)
     log.record(Decision(2, [lost], {"write_versions": {"app": 2}}))
-    control.abort(lost.transactional_id, lost.state)  # the broker aborted it (a timeout, without 2PC)
+    broker_times_out(transport, lost)
     with pytest.raises(RecoveryIncompleteError):
         recover(control, "job", log)
-    if replay and transport.model.transaction_version == 1:
-        # the abort above fenced with a second bump (v1): the coordinator no longer says how the transaction
-        # ended, so the replay is refused rather than risk writing it twice
-        with pytest.raises(CommandRefusedError, match="not every transaction of it is known aborted"):
-            resolve_for_replay(control, log, 2, "replaying batch 2")
-        return
     if replay:
         resolve_for_replay(control, log, 2, "its rows were lost; replaying batch 2")
     else:
@@ -117,7 +116,7 @@ def test_a_checkpoint_with_a_committed_transaction_is_never_resolved_for_replay(
     log = FileDecisionLog(tmp_path, "job")
     committed, lost = prepare(transport, "job-0-0", b"in", checkpoint=2), prepare(transport, "job-1-0", b"out", 2)
     log.record(Decision(2, [committed, lost]))
-    control.abort(lost.transactional_id, lost.state)
+    broker_times_out(transport, lost)
     with pytest.raises(RecoveryIncompleteError):
         recover(control, "job", log)  # commits job-0-0, finds job-1-0 lost
     with pytest.raises(CommandRefusedError, match=r"job-0-0 [0-9:]+: committed"):
@@ -126,18 +125,66 @@ def test_a_checkpoint_with_a_committed_transaction_is_never_resolved_for_replay(
 
 
 def test_resolving_for_replay_fences_a_committer_still_rolling_the_decision_forward(transport, tmp_path):
-    """The operator abandons checkpoint 2 while a live driver is about to roll it forward (found by the adversarial
-    review: the abandoned transaction committed, then its replay wrote the rows a second time)."""
+    """The operator abandons checkpoint 2 (one transaction lost, one still prepared) while a live driver is about to
+    roll it forward (found by the adversarial review: the abandoned transaction committed, then its replay wrote the
+    rows a second time): the still prepared one is aborted, and the late roll-forward commits nothing."""
     from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError  # noqa: PLC0415
     from kafka2pc.sink import Committer  # noqa: PLC0415
 
     control = TransactionControl(transport)
     log = FileDecisionLog(tmp_path, "job")
-    pending = prepare(transport, "job-0-0", b"abandoned", checkpoint=2)
-    decision = Decision(2, [pending])
+    lost, pending = prepare(transport, "job-0-0", b"lost", 2), prepare(transport, "job-1-0", b"abandoned", 2)
+    decision = Decision(2, [lost, pending])
     log.record(decision)
+    broker_times_out(transport, lost)
     resolve_for_replay(control, log, 2, "replay it")
     with pytest.raises((TransactionLostError, TransactionOutcomeUnknownError)):  # v1: the abort's fence moved it on
         Committer(control, FileDecisionLog(tmp_path, "job")).roll_forward(decision)  # the live driver, too late
     replayed = Committer(control, log).settle(2, [prepare(transport, "job-0-1", b"replayed", checkpoint=2)])
     assert replayed.decided_now and transport.model.committed_records() == [b"replayed"]
+
+
+def test_a_refused_replay_resolution_ends_nothing(transport, tmp_path):
+    """Found by the second adversarial review: the transactions were aborted before the checks that then refused,
+    leaving a decision half committed and half aborted (or a completable one aborted). Every refusal comes first."""
+    control = TransactionControl(transport)
+    log = FileDecisionLog(tmp_path, "job")
+    done, open_ = prepare(transport, "job-0-0", b"a", 2), prepare(transport, "job-1-0", b"b", 2)
+    log.record(Decision(2, [done, open_]))
+    control.commit(done.transactional_id, done.state)  # the committer got this far, then died
+    with pytest.raises(CommandRefusedError, match="committed"):
+        resolve_for_replay(control, log, 2, "replay it")
+    all_open = prepare(transport, "job-2-0", b"c", 3)
+    log.record(Decision(3, [all_open]))
+    with pytest.raises(CommandRefusedError, match="below the last recorded checkpoint 3"):
+        resolve_for_replay(control, log, 2, "replay it")
+    with pytest.raises(CommandRefusedError, match="is not lost"):
+        resolve_for_replay(control, log, 3, "replay it")
+    report = recover(control, "job", log)  # nothing was ended: both decisions still complete
+    assert report.checkpoints_rolled_forward == (2, 3) and report.stuck == ()
+    assert sorted(transport.model.committed_records()) == [b"a", b"b", b"c"]
+
+
+def test_a_replay_resolution_interrupted_after_its_aborts_is_finished_by_running_it_again(transport, tmp_path,
+                                                                                           monkeypatch):
+    """Found by the second adversarial review: on protocol v1 the aborts' fence leaves the transactions' fate
+    unreadable, so a rerun after an interruption refused for good. The pending note taken before the aborts lets
+    the rerun finish."""
+    from kafka2pc.errors import StorageUnavailableError  # noqa: PLC0415
+
+    control = TransactionControl(transport)
+    log = FileDecisionLog(tmp_path, "job")
+    lost, pending = prepare(transport, "job-0-0", b"lost", 2), prepare(transport, "job-1-0", b"open", 2)
+    log.record(Decision(2, [lost, pending]))
+    broker_times_out(transport, lost)
+    resolve = FileDecisionLog.resolve
+
+    def interrupted(self, *args, **kwargs):
+        monkeypatch.setattr(FileDecisionLog, "resolve", resolve)
+        raise StorageUnavailableError("the store did not answer (test)")
+
+    monkeypatch.setattr(FileDecisionLog, "resolve", interrupted)
+    with pytest.raises(StorageUnavailableError):
+        resolve_for_replay(control, log, 2, "replay it")
+    resolve_for_replay(control, log, 2, "replay it, again")
+    assert log.decision(2) is None and transport.model.open_transactions() == []

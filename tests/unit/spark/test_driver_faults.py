@@ -217,3 +217,41 @@ def test_the_loser_of_a_record_race_never_aborts_the_winners_decided_transaction
     monkeypatch.setattr(FileDecisionLog, "record", record)
     Committer(TransactionControl(transport), SinkDriver(options).decision_log).roll_forward(winner)
     assert transport.model.committed_records() == [b"winner"] and transport.model.open_transactions() == []
+
+
+def test_a_write_deciding_its_own_checkpoint_never_aborts_another_writes_recorded_decision(tmp_path, monkeypatch):
+    """Found by the second adversarial review: the cleanup after a decision recorded now kept nothing, so a second
+    write on the location that recorded a later checkpoint meanwhile had its decided transaction aborted."""
+    from kafka2pc import TwoPhaseProducer  # noqa: PLC0415
+    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
+    from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport  # noqa: PLC0415
+
+    transport = ModelTransport(CoordinatorModel(transaction_version=2, two_phase_enabled=True), Faults())
+    control = TransactionControl(transport)
+
+    def prepare(txn_id: str, checkpoint: int) -> PreparedTransaction:
+        producer = TwoPhaseProducer({"bootstrap.servers": "m:1", "transactional.id": txn_id}, two_phase_commit=True,
+                                    transport=transport)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.produce("t", txn_id.encode(), partition=0)
+        return PreparedTransaction(txn_id, producer.prepare_transaction(), int(txn_id.split("-")[1]), checkpoint)
+
+    monkeypatch.setattr(SinkDriver, "control", property(lambda _self: control))
+    SinkStore(str(tmp_path)).save(SinkState("pfx"))
+    options = SinkOptions.from_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                                        "checkpointLocation": str(tmp_path)}, streaming=False)
+    first, second = SinkDriver(options), SinkDriver(options)
+    mine, theirs = prepare("pfx-0-0", 5), Decision(6, [prepare("pfx-1-0", 6)])
+    move = SinkDriver._move_window
+
+    def the_other_write_records_meanwhile(self):
+        if self is first and second.decision_log.decision(6) is None:
+            second.decision_log.record(theirs)
+        move(self)
+
+    monkeypatch.setattr(SinkDriver, "_move_window", the_other_write_records_meanwhile)
+    assert first.commit_write([TaskMessage(0, 0, 0, 5, "pfx-0-0", str(mine.state), 2, 1, True)]).decided_now
+    Committer(control, second.decision_log).roll_forward(theirs)
+    assert sorted(transport.model.committed_records()) == [b"pfx-0-0", b"pfx-1-0"]
