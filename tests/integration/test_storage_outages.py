@@ -105,7 +105,7 @@ def failure_verdict(output: str) -> dict[str, Any]:
     by_kafka2pc = "Traceback" in output and "kafka2pc/" in output
     named = [name for name in RETRIABLE_KAFKA2PC if re.search(rf"\b{name}\b", output)]
     said = next((line for line in output.splitlines() if line.startswith("query failed:")), "")
-    return {"failed_in": "kafka2pc" if by_kafka2pc else "spark", "error": said[:300],
+    return {"failed_in": "kafka2pc" if by_kafka2pc else "spark", "error": said[:300], "kafka2pc_errors": named,
             "retriable": bool(named) if by_kafka2pc else bool(named or SPARK_STORE_IO.search(output))}
 
 
