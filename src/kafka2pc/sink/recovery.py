@@ -127,14 +127,14 @@ def resolve_for_replay(control: TransactionControl, decision_log: FileDecisionLo
     pending = decision_log.pending_replay(checkpoint) == named
     looked = control.look_up_all(pairs)
     _refuse_unless_replayable(checkpoint, decision.transactions, looked, pending=pending)
-    if not pending and all(isinstance(r, Settled) and r.outcome is None for r in looked):
+    still_open = [isinstance(r, Settled) and r.outcome is None for r in looked]
+    if not pending and all(still_open):
         raise CommandRefusedError(f"checkpoint {checkpoint} is not lost: every transaction of it is still open, and "
                                   "recovery (`kafka2pc recover` without --resolve) can complete it")
     decision_log.note_pending_replay(checkpoint, named)
-    open_ones = [pair for pair, r in zip(pairs, looked, strict=True) if isinstance(r, Settled) and r.outcome is None]
-    aborted = control.abort_all(open_ones)
-    _refuse_unless_replayable(checkpoint, [t for t, r in zip(decision.transactions, looked, strict=True)
-                                           if isinstance(r, Settled) and r.outcome is None], aborted, pending=True)
+    to_abort = [t for t, is_open in zip(decision.transactions, still_open, strict=True) if is_open]
+    aborted = control.abort_all([(t.transactional_id, t.state) for t in to_abort])
+    _refuse_unless_replayable(checkpoint, to_abort, aborted, pending=True)
     decision_log.resolve(checkpoint, reason, replay=True)
     log.warning("checkpoint %d abandoned for replay (%d transaction(s), all aborted): %s", checkpoint,
                 len(decision.transactions), reason)
