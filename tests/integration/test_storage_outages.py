@@ -43,7 +43,8 @@ RETRIABLE_KAFKA2PC = sorted(name for name, value in vars(kafka2pc.errors).items(
 #: an I/O failure of Spark's own Hadoop client (its offsets and commits logs), which ends the query (Spark does not
 #: retry it) and which running the query again retries: the NameNode or S3 gone mid-call
 SPARK_STORE_IO = re.compile(r"java\.io\.EOFException|java\.net\.\w+Exception|Connection refused|Connection reset|"
-                            r"AWSClientIOException|SdkClientException")
+                            r"AWSClientIOException|SdkClientException|"
+                            r"apache\.http\.(ConnectionClosedException|NoHttpResponseException)")
 
 
 @pytest.fixture(params=["hdfs", "s3a"])
