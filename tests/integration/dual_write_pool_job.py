@@ -5,7 +5,7 @@ are in their own transactions.
 
     python dual_write_pool_job.py DB BOOTSTRAP TOPIC PREFIX THREADS FIRST COUNT KILL_AT MODE
 
-The pool's ids are PREFIX-0 .. PREFIX-<THREADS-1>; its start recovers what the previous process left."""
+The pool leases ids PREFIX-<n>; a live pool settles what the killed process left once its leases run out."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main() -> int:
     threads, first, count, kill_at = map(int, sys.argv[5:9])
     mode = sys.argv[9]
     pool = DualWriterPool(lambda: connect(db), {"bootstrap.servers": bootstrap, "transactional.id": prefix},
-                          size=threads)
+                          size=threads, min_size=threads, lease_s=2.0)  # short leases: the test waits them out
     insert = "INSERT INTO orders (id, amount) VALUES (?, ?)" if db.startswith("sqlite:") else \
         "INSERT INTO orders (id, amount) VALUES (%s, %s)"
 

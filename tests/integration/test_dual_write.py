@@ -8,6 +8,7 @@ After every recovery the order ids committed in the database must equal the keys
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ class Database:
 def database(request, tmp_path) -> Iterator[Database]:
     if request.param == "sqlite":
         path = tmp_path / "app.db"
-        db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
+        db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30, check_same_thread=False), "?")
     else:
         db, _ = schema_database(request.getfixturevalue("postgres_dsn"))
     create_orders(db)
@@ -181,7 +182,7 @@ def test_without_two_phase_commit_a_decided_transaction_the_broker_timed_out_is_
     bootstrap = broker.bootstrap_servers
     topic = topic_factory(broker)
     path = tmp_path / "app.db"
-    db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30), "?")
+    db = Database(f"sqlite:{path}", lambda: sqlite3.connect(path, timeout=30, check_same_thread=False), "?")
     create_orders(db)
     config = {"transaction.timeout.ms": 4_000}
     run_job(db, bootstrap, topic, "late-0", orders=range(3), kill_at=1, mode="c", config=config)
@@ -364,25 +365,29 @@ def test_a_decided_transaction_a_successor_has_no_row_for_is_reported_not_aborte
 
 POOL_JOB = Path(__file__).with_name("dual_write_pool_job.py")
 POOL_THREADS = 4
+POOL_LEASE_S = 2.0  # dual_write_pool_job.py's
 
 
-def recover_pool(db: Database, bootstrap: str, prefix: str) -> None:
-    connections: list[Any] = []
-
-    def connect() -> Any:
-        connections.append(db.connect())
-        return connections[-1]
-
-    DualWriterPool(connect, {"bootstrap.servers": bootstrap, "transactional.id": prefix}, size=POOL_THREADS).close()
-    for connection in connections:
-        connection.close()
+def recover_pool(db: Database, bootstrap: str, prefix: str) -> list[str]:
+    """Once the killed process's leases ran out, a live pool of the fleet settles them; returns the fleet's ids."""
+    time.sleep(POOL_LEASE_S + 0.5)
+    pool = DualWriterPool(db.connect, {"bootstrap.servers": bootstrap, "transactional.id": prefix},
+                          size=POOL_THREADS, min_size=0, lease_s=POOL_LEASE_S)
+    try:
+        pool.settle_expired()
+        with contextlib.closing(db.connect()) as connection:
+            rows = pool.lease_table(connection).rows()
+        assert all(row.status == "free" for row in rows), rows
+        return [row.transactional_id for row in rows]
+    finally:
+        pool.close()
 
 
 @pytest.mark.timeout(600)
 def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_and_kafka_equal(database, kafka,
                                                                                                  topic_factory):
     """Processes whose four threads write through a DualWriterPool, SIGKILLed in each mode while the other threads
-    are inside their own transactions; the next process's pool start recovers all four ids."""
+    are inside their own transactions; once their leases run out, a live pool of the fleet settles all four ids."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     prefix = f"pool-{uuid.uuid4().hex[:6]}"
     rng = random.Random(int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
@@ -396,12 +401,13 @@ def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_a
                               str(POOL_THREADS), str(first), str(count), str(kill_at), mode],
                              capture_output=True, text=True, timeout=120, check=False)
         assert job.returncode == -9, job.stderr[-3000:]
-        recover_pool(database, bootstrap, prefix)
+        fleet = recover_pool(database, bootstrap, prefix)
         db_ids, keys = database.ids(), kafka_keys(bootstrap, topic)
         assert db_ids == keys, f"mode {mode}, order {kill_at}: DB {db_ids} != Kafka {keys}"
         assert (kill_at in db_ids) == (mode in "cd")
-        for index in range(POOL_THREADS):
-            assert open_transaction_count(bootstrap, f"{prefix}-{index}") == 0
+        assert len(fleet) <= 2 * POOL_THREADS, fleet
+        for transactional_id in fleet:
+            assert open_transaction_count(bootstrap, transactional_id) == 0
         first += count
     print(f"\n{len(rounds)} pool processes killed ({''.join(rounds)}), {POOL_THREADS} threads each: DB ids == Kafka "
           f"keys after each recovery ({len(database.ids())} orders)")

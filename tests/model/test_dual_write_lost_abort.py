@@ -26,7 +26,7 @@ class CommitFailsOnce(sqlite3.Connection):
 
 
 def connect(path):
-    connection = sqlite3.connect(path, timeout=1, factory=CommitFailsOnce)
+    connection = sqlite3.connect(path, timeout=1, factory=CommitFailsOnce, check_same_thread=False)
     connection.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
     connection.commit()
     return connection

@@ -1,5 +1,6 @@
-"""DualWriterPool against the coordinator model (no broker) and SQLite files: its start recovers every id, a writer
-whose connection broke at commit is replaced and its transaction settled, and a pool with no free writer says so."""
+"""DualWriterPool against the coordinator model (no broker) and SQLite files: ids adopted and leased, a writer
+whose connection broke at commit is replaced and its transaction settled, a fenced writer replaced by another
+lease, one needing an operator benched, and a pool with no free writer says so."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from kafka2pc.dualwrite import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriter,
-    DualWriteRecoveryError,
     DualWriterPool,
     PoolTimeoutError,
     state_table_ddl,
 )
+from kafka2pc.errors import ConfigError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 from .test_dual_write import connect, db_ids
@@ -60,15 +61,33 @@ def order(pool: DualWriterPool, order_id: int) -> None:
         tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
 
 
-def test_the_pools_start_recovers_every_id(tmp_path):
+def pconnect(path, factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
+    """A connection a pool's threads may share."""
+    connection = sqlite3.connect(path, timeout=10, factory=factory, check_same_thread=False)
+    connection.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
+    connection.commit()
+    return connection
+
+
+def expire(path, *transactional_ids: str) -> None:
+    """The holder of these leases stopped renewing them long ago (a dead or frozen process)."""
+    with sqlite3.connect(path) as db:
+        for transactional_id in transactional_ids:
+            db.execute("UPDATE kafka2pc_dual_write_state SET lease_expires = 1 WHERE transactional_id = ?",
+                       (transactional_id,))
+
+
+def test_ids_of_a_fixed_prefix_are_adopted_and_recovered_when_claimed(tmp_path):
+    """A row of a writer before leases (or of a pool with a fixed prefix) is one of the fleet's ids, free to
+    claim: the pool that claims it recovers what its dead writer left."""
     cluster, path = Cluster(), tmp_path / "a.db"
     dead = DualWriter(connect(path), {**cluster.config, "transactional.id": "shop-1"}, transport=cluster.transport)
     block = dead.transaction()  # a process dies inside a block: its transaction stays open
     block.__enter__().produce("t", value=b"99", key=b"99", partition=0)
     dead.connection.close()  # its database transaction dies with it
     assert len(cluster.model.open_transactions()) == 1
-    pool = cluster.pool(lambda: connect(path), size=3)
-    assert pool.transactional_ids == ["shop-0", "shop-1", "shop-2"]
+    pool = cluster.pool(lambda: pconnect(path), size=3, min_size=3)
+    assert pool.transactional_ids == ["shop-1", "shop-2", "shop-3"]  # the adopted id first, then new ones
     assert cluster.model.open_transactions() == []
     for order_id in range(6):
         order(pool, order_id)
@@ -100,15 +119,16 @@ def test_a_writer_whose_connection_broke_at_commit_is_replaced_and_its_transacti
     made: list[sqlite3.Connection] = []
 
     def make_connection() -> sqlite3.Connection:
-        made.append(connect(path, BreaksAtCommit))
+        made.append(pconnect(path, BreaksAtCommit))
         return made[-1]
 
     pool = cluster.pool(make_connection, size=1)
     order(pool, 1)
+    made.clear()
     BreaksAtCommit.break_next = True
     with pytest.raises(DualWriteOutcomeUnknownError):
         order(pool, 2)
-    assert len(made) == 2  # a new connection for the id
+    assert len(made) == 1  # a new connection for the id
     order(pool, 3)  # its writer recovers first: order 2's prepared transaction is aborted (the DB has no order 2)
     pool.close()
     assert db_ids(path) == cluster.kafka_ids() == [1, 3]
@@ -117,7 +137,7 @@ def test_a_writer_whose_connection_broke_at_commit_is_replaced_and_its_transacti
 
 def test_no_free_writer_in_time_is_a_retriable_error(tmp_path):
     cluster, path = Cluster(), tmp_path / "a.db"
-    pool = cluster.pool(lambda: connect(path), size=1, acquire_timeout_s=0.05)
+    pool = cluster.pool(lambda: pconnect(path), size=1, acquire_timeout_s=0.05)
     with pool.transaction(), pytest.raises(PoolTimeoutError, match="all 1 are busy") as raised:
         order(pool, 1)
     assert raised.value.retriable()
@@ -126,7 +146,7 @@ def test_no_free_writer_in_time_is_a_retriable_error(tmp_path):
 
 def test_a_pool_lends_each_writer_to_one_thread_at_a_time(tmp_path):
     cluster, path = Cluster(), tmp_path / "a.db"
-    pool = cluster.pool(lambda: sqlite3.connect(path, timeout=10, check_same_thread=False), size=2)
+    pool = cluster.pool(lambda: sqlite3.connect(path, timeout=10, check_same_thread=False), size=2, min_size=2)
     lent: list[str] = []
     guard = threading.Lock()
     busy: set[str] = set()
@@ -150,10 +170,13 @@ def test_a_pool_lends_each_writer_to_one_thread_at_a_time(tmp_path):
     assert len(lent) == 80 and len(set(lent)) <= 2
 
 
-def fence(cluster: Cluster, path, transactional_id: str) -> None:
-    """Another writer takes the id over (a second process with the same prefix, or an operator's recovery)."""
-    DualWriter(connect(path), {**cluster.config, "transactional.id": transactional_id},
-               transport=cluster.transport).recover()
+def fence(cluster: Cluster, path, transactional_id: str) -> DualWriterPool:
+    """Another process of the fleet takes the id over: its lease expired (this process was frozen), and the other
+    process's pool claims it and recovers it."""
+    expire(path, transactional_id)
+    other = cluster.pool(lambda: pconnect(path), size=1)
+    assert other.transactional_ids == [transactional_id]
+    return other
 
 
 def lose_the_completion(cluster: Cluster, pool: DualWriterPool, order_id: int) -> None:
@@ -166,14 +189,15 @@ def lose_the_completion(cluster: Cluster, pool: DualWriterPool, order_id: int) -
 
 
 @pytest.mark.parametrize("trouble", ["fenced", "needs an operator"])
-def test_a_writer_whose_id_is_fenced_or_needs_an_operator_is_benched_and_the_others_serve(tmp_path, trouble):
-    """Issue 28 (3): the free list is last-in-first-out, so a writer that fails every transaction went back on top
-    and took every request (1 of 4 ids fenced: 20 of 20 requests failed). It is benched; the 3 others serve."""
+def test_a_writer_whose_id_is_fenced_or_needs_an_operator_is_dropped_and_the_pool_serves(tmp_path, trouble):
+    """Issue 29: a writer fenced by another process was benched for good (with every id fenced, every request
+    failed). Its lease is gone: the pool drops it and leases another id. An id that needs an operator is benched,
+    and marked so in its row: no pool of the fleet claims it until DualWriter.resolve."""
     cluster, path = Cluster(), tmp_path / "a.db"
-    pool = cluster.pool(lambda: connect(path), size=4)
+    pool = cluster.pool(lambda: pconnect(path), size=4, min_size=4)
     top = "shop-3"  # the last writer put on the free list: the next one lent
     if trouble == "fenced":
-        fence(cluster, path, top)
+        other = fence(cluster, path, top)
     else:  # order 0's completion is lost, then the coordinator forgets the id: recovery cannot confirm order 0
         lose_the_completion(cluster, pool, 0)
         del cluster.model.ids[top]
@@ -184,11 +208,25 @@ def test_a_writer_whose_id_is_fenced_or_needs_an_operator_is_benched_and_the_oth
             served += 1
         except Exception as exc:
             failed.append(type(exc).__name__)
-    print(f"\n{trouble}: {served} of 20 served, failed: {failed}")
+    print(f"\n{trouble}: {served} of 20 served, failed: {failed}, ids {pool.transactional_ids}")
     assert served == 20, failed
-    assert list(pool.benched) == [top]
+    assert top not in pool.transactional_ids
+    if trouble == "fenced":
+        assert pool.benched == {}
+        order(other, 21)  # the process that took the id over uses it
+        other.close()
+    else:
+        assert list(pool.benched) == [top]
+        with sqlite3.connect(path) as db:
+            assert db.execute("SELECT problem FROM kafka2pc_dual_write_state WHERE transactional_id = ?",
+                              (top,)).fetchone()[0]
+        expire(path, top)
+        another = cluster.pool(lambda: pconnect(path), size=1)
+        assert top not in another.transactional_ids  # never claimed while it needs an operator
+        another.close()
     pool.close()
-    assert [i for i in db_ids(path) if i] == cluster.kafka_ids() == list(range(1, 21))
+    expected = list(range(1, 22 if trouble == "fenced" else 21))
+    assert [i for i in db_ids(path) if i] == cluster.kafka_ids() == expected
 
 
 @pytest.mark.parametrize("left", ["an unfinished completion", "a commit of unknown outcome"])
@@ -196,7 +234,7 @@ def test_close_settles_what_a_writer_left_unfinished(tmp_path, left):
     """Issue 28 (pool): closing after DualWriteIncompleteError or DualWriteOutcomeUnknownError left the prepared
     transaction open (pinning the partitions' LSO) until a pool with the prefix started again."""
     cluster, path = Cluster(), tmp_path / "a.db"
-    pool = cluster.pool(lambda: connect(path, BreaksAtCommit), size=2)
+    pool = cluster.pool(lambda: pconnect(path, BreaksAtCommit), size=2)
     order(pool, 1)
     if left == "an unfinished completion":
         lose_the_completion(cluster, pool, 2)
@@ -212,38 +250,51 @@ def test_close_settles_what_a_writer_left_unfinished(tmp_path, left):
     assert db_ids(path) == cluster.kafka_ids() == expected
 
 
-def test_close_says_so_when_it_cannot_settle(tmp_path, caplog):
+def test_close_says_so_when_it_cannot_settle_and_a_live_pool_settles_it(tmp_path, caplog):
     cluster, path = Cluster(), tmp_path / "a.db"
-    pool = cluster.pool(lambda: connect(path), size=1)
+    pool = cluster.pool(lambda: pconnect(path), size=1)
     lose_the_completion(cluster, pool, 1)
     cluster.transport.faults.dropped_requests.extend([True] * 50)  # the broker still away at close
     caplog.set_level(logging.WARNING, logger="kafka2pc.dualwrite.pool")
     pool.close()
     cluster.transport.faults.dropped_requests.clear()
-    assert any("shop-0" in r.getMessage() and "stays prepared" in r.getMessage() for r in caplog.records), \
-        [r.getMessage() for r in caplog.records]
-    assert len(cluster.model.open_transactions()) == 1  # left for the next pool with the prefix, which settles it
-    cluster.pool(lambda: connect(path), size=1).close()
+    assert any("shop-0" in r.getMessage() and "a live pool of the fleet settles it" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert len(cluster.model.open_transactions()) == 1  # its lease was kept: another process settles it
+    live = cluster.pool(lambda: pconnect(path), size=1, min_size=0)
+    assert live.transactional_ids == [] and len(cluster.model.open_transactions()) == 1  # not expired yet
+    expire(path, "shop-0")
+    live._keeper.tick()
+    assert cluster.model.open_transactions() == []
+    live.close()
     assert db_ids(path) == cluster.kafka_ids() == [1]
 
 
-def test_a_writer_whose_recovery_fails_at_the_pools_start_is_closed(tmp_path):
-    """Issue 28 (pool): the writer whose recovery raised in __init__ was never closed (its client and connection
-    leaked); the ones recovered before it were."""
+def test_an_id_that_needs_an_operator_at_the_pools_start_is_benched_and_the_pool_starts(tmp_path):
+    """One id of the fleet that recovery cannot confirm must not stop every process from starting: it is benched
+    (its writer and connection closed) and marked in its row; the pool leases another id."""
     cluster, path = Cluster(), tmp_path / "a.db"
     with sqlite3.connect(path) as setup:
         setup.execute(state_table_ddl())
         setup.execute("INSERT INTO kafka2pc_dual_write_state (transactional_id, owner, prepared_state, "
-                      "transaction_version, completed, two_phase) VALUES ('shop-1', 'gone', '987654:3', 2, 0, 1)")
+                      "transaction_version, completed, two_phase) VALUES ('shop-0', 'gone', '987654:3', 2, 0, 1)")
     made: list[sqlite3.Connection] = []
 
     def make_connection() -> sqlite3.Connection:
-        made.append(connect(path))
+        made.append(pconnect(path))
         return made[-1]
 
-    with pytest.raises(DualWriteRecoveryError, match="no longer knows"):
-        cluster.pool(make_connection, size=3)
-    assert len(made) == 2
-    for connection in made:
-        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
-            connection.execute("SELECT 1")
+    pool = cluster.pool(make_connection, size=3)
+    assert list(pool.benched) == ["shop-0"] and "no longer knows" in str(pool.benched["shop-0"])
+    assert pool.transactional_ids == ["shop-1"]
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        made[1].execute("SELECT 1")  # the benched writer's (made[0] is the keeper's)
+    order(pool, 1)
+    pool.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+
+
+def test_a_sqlite_connection_bound_to_its_thread_is_refused_at_once(tmp_path):
+    cluster, path = Cluster(), tmp_path / "a.db"
+    with pytest.raises(ConfigError, match="check_same_thread=False"):
+        cluster.pool(lambda: sqlite3.connect(path), size=1)

@@ -1,19 +1,32 @@
-"""DualWriterPool: dual writers for an application that serves many requests at once (docs/dual-write.md).
+"""DualWriterPool: dual writers for an application that serves many requests at once, in any number of processes
+started with the same configuration (docs/dual-write.md, docs/fleet.md).
 
-A DualWriter is one transactional id and one connection, used by one thread at a time. The pool holds ``size``
-of them, ids ``<transactional.id>-0`` .. ``-<size-1>``, each with a connection of its own, recovers every id when it
-starts, and lends a free writer to each ``transaction()``. A writer whose id another writer took over, or whose id
-needs an operator, is benched: the others go on serving. Closing settles what a writer left unfinished."""
+A DualWriter is one transactional id and one connection, used by one thread at a time. A pool leases ids
+``<transactional.id>-<n>`` from the state table (:mod:`kafka2pc.dualwrite.leases`): up to ``size`` at once, the
+lowest-numbered free or expired one first, a new one only when none is. A lease keeper thread renews them, settles
+what writers left unfinished, gives back ids idle for ``idle_s``, and claims the expired leases of dead processes
+to settle them (:mod:`kafka2pc.dualwrite.keeper`). A writer whose id another process took over is dropped and the
+request served by another lease; one whose id needs an operator is benched."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
+import os
+import socket
+import sqlite3
+import sys
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.keeper import LeaseKeeper
+from kafka2pc.dualwrite.leases import Lease, LeaseTable
+from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.dualwrite.upkeep import WriterView
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
@@ -28,72 +41,102 @@ log = logging.getLogger(__name__)
 
 
 class DualWriterPool:
-    """``size`` dual writers behind one ``transaction()``, safe to call from many threads.
+    """Up to ``size`` dual writers behind one ``transaction()``, safe to call from many threads; every process of
+    a fleet can be given the same configuration.
 
     ``connect`` makes a writer's connection: a callable returning a DB-API connection or a SQLAlchemy ``Connection``
     (called again to replace a connection that broke), or a SQLAlchemy ``Engine`` (each writer checks one of its
-    pooled connections out for its lifetime, so the engine's pool needs room for ``size``). ``config`` is a
-    DualWriter's, its ``transactional.id`` the ids' prefix: one prefix per process, the same one again when the
-    process restarts (its start recovers what the dead process left). The other arguments are DualWriter's."""
+    connections out for as long as it holds its id; the keeper one more). ``config`` is a DualWriter's, its
+    ``transactional.id`` the prefix of the ids the fleet leases. ``min_size`` writers are made at the start, more
+    on demand up to ``size``; one idle for ``idle_s`` gives its id back (down to ``min_size``). A lease lasts
+    ``lease_s`` (renewed every third of it, off the request path): a process that dies or stops for longer loses
+    its ids to the live pools, which settle them. ``max_ids`` caps the ids under the prefix (None: no cap; ids are
+    reused lowest-first either way). The other arguments are DualWriter's."""
 
     def __init__(self, connect: Callable[[], Any] | Any, config: Mapping[str, object], *, size: int,
+                 min_size: int = 1, lease_s: float = 15.0, idle_s: float = 60.0, max_ids: int | None = None,
                  acquire_timeout_s: float = 30.0, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
                  transport_for: Callable[[str], ClusterTransport] | None = None):
-        if size < 1:
-            raise ConfigError("size", f"must be at least 1, not {size}")
-        prefix = str(config.get("transactional.id") or "")
-        if not prefix:
-            raise ConfigError("transactional.id", "is required: the pool's ids are <transactional.id>-0 .. -<size-1>")
-        self.transactional_ids = [f"{prefix}-{index}" for index in range(size)]
+        _check_sizes(size, min_size, lease_s, idle_s, max_ids)
+        self.prefix = str(config.get("transactional.id") or "")
+        if not self.prefix:
+            raise ConfigError("transactional.id", "is required: the pool leases ids <transactional.id>-<n>")
+        self.size, self.min_size, self.lease_s, self.idle_s, self.max_ids = size, min_size, lease_s, idle_s, max_ids
         self.acquire_timeout_s = acquire_timeout_s
-        self._owns_connections = callable(connect)
-        self._connect = connect if callable(connect) else lambda: connect
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._pid = os.getpid()
+        self._connect = _connector(connect)
         self._config = dict(config)
         self._options: dict[str, Any] = {"two_phase_commit": two_phase_commit, "state_table": state_table,
                                          "create_state_table": create_state_table}
         self._transport_for = transport_for
-        self._free: queue.LifoQueue[DualWriter] = queue.LifoQueue()
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._idle: list[DualWriter] = []  # the last one returned is lent first
         self._writers: dict[str, DualWriter] = {}
-        #: ids taken out of service, with the error that benched them: ProducerFencedError (another writer took the
-        #: id over) or DualWriteRecoveryError (it needs an operator)
+        self._leases: dict[str, Lease] = {}
+        #: when each idle writer was returned, and since when each writer lent out (or left unfinished) was lent
+        self.idle_since: dict[str, float] = {}
+        self.open_since: dict[str, float] = {}
+        self._growing = 0
+        #: ids taken out of service because they need an operator (DualWriteRecoveryError), with the error; the
+        #: row says so too, so no pool of the fleet claims them until DualWriter.resolve
         self.benched: dict[str, Exception] = {}
-        #: ids whose last transaction ended unfinished (DualWriteIncompleteError, DualWriteOutcomeUnknownError)
         self._unsettled: set[str] = set()
         self._closed = False
+        keeper_connection = self._connect()
+        check_shareable(keeper_connection)
+        self._keeper = LeaseKeeper(self, keeper_connection)
         try:
-            for transactional_id in self.transactional_ids:
-                writer = self._new_writer(transactional_id)
-                self._writers[transactional_id] = writer
+            adopted = self._keeper.start_up()
+            for _ in range(min_size + 2 * size):  # each failed round benches an id that needs an operator
+                if len(self._writers) >= min_size:
+                    break
+                writer = self._grow()
+                if writer is None:
+                    break
                 try:
-                    writer.recover()
+                    writer.recover_unfinished()
+                except DualWriteRecoveryError as exc:
+                    self._drop(writer, exc)
+                    continue
                 except BaseException:
-                    self._close_quietly(writer, settle=False)  # its recovery just failed: not tried twice
+                    with self._cv:
+                        self._forget(writer.transactional_id)
+                    self._close_writer(writer)  # its recovery just failed: not tried twice
                     raise
-                self._free.put(writer)
+                self._release(writer)
         except BaseException:
             self.close()
             raise
-        log.info("dual-writer pool %r: %d ids recovered", prefix, size)
+        self._keeper.start()
+        log.info("dual-writer pool %r (%s): %d of up to %d writers, ids %s%s", self.prefix, self.holder,
+                 len(self._writers), size, sorted(self._writers),
+                 f"; {adopted} ids of an earlier release adopted" if adopted else "")
 
-    def _new_writer(self, transactional_id: str) -> DualWriter:
-        transport = self._transport_for(transactional_id) if self._transport_for is not None else None
-        connection = self._connect()
-        try:
-            return DualWriter(connection, {**self._config, "transactional.id": transactional_id},
-                              transport=transport, **self._options)
-        except BaseException:
-            if self._owns_connections:
-                with contextlib.suppress(Exception):
-                    connection.close()
-            raise
+    @property
+    def transactional_ids(self) -> list[str]:
+        """The ids this pool holds leases on now."""
+        with self._cv:
+            return sorted(self._writers)
+
+    def lease_token(self, transactional_id: str) -> str | None:
+        with self._cv:
+            lease = self._leases.get(transactional_id)
+            return None if lease is None else lease.token
+
+    # -- lending ------------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[DualWriteTransaction]:
-        """A free writer's ``transaction()`` (DualWriter.transaction); waits up to ``acquire_timeout_s`` for one. A
-        writer found fenced, or needing an operator, before the block began is benched and another one used."""
-        for _ in self.transactional_ids:  # every round that does not lend a writer benches one
+        """A writer's ``transaction()`` (DualWriter.transaction): a free one, or a new lease, waiting up to
+        ``acquire_timeout_s``. A writer found fenced (its lease taken over) or needing an operator before the block
+        began is dropped and the request goes on with another writer."""
+        if os.getpid() != self._pid:
+            raise ConfigError("pool", f"was made in process {self._pid}, before a fork (gunicorn --preload, "
+                                      "multiprocessing): make the pool in each worker process, after the fork "
+                                      "(gunicorn's post_fork or post_worker_init hook, Celery's worker_process_init)")
+        for _ in range(self.size + 2):  # each round that lends no writer drops one
             writer: DualWriter | None = self._acquire()
             assert writer is not None
             started = False
@@ -104,9 +147,9 @@ class DualWriterPool:
                 self._unsettled.discard(writer.transactional_id)
                 return
             except (ProducerFencedError, DualWriteRecoveryError) as exc:
-                self._bench(writer, exc)
+                self._drop(writer, exc)
                 writer = None
-                if started or len(self.benched) == len(self.transactional_ids):
+                if started:
                     raise
             except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:
                 self._unsettled.add(writer.transactional_id)
@@ -120,91 +163,315 @@ class DualWriterPool:
             finally:
                 if writer is not None:
                     self._release(writer)
-        raise AssertionError("unreachable: the last writer benched re-raises its error")
+        raise PoolTimeoutError(f"pool {self.prefix!r}: every writer tried was fenced or benched; retry")
 
     def _acquire(self) -> DualWriter:
-        if self._closed:
-            raise ConfigError("pool", "is closed")
-        if len(self.benched) == len(self.transactional_ids):
-            fenced = all(isinstance(exc, ProducerFencedError) for exc in self.benched.values())
-            raise (ProducerFencedError if fenced else DualWriteRecoveryError)(
-                f"every id of the pool is benched: {self.benched}")
-        try:
-            return self._free.get(timeout=self.acquire_timeout_s)
-        except queue.Empty:
-            busy = len(self.transactional_ids) - len(self.benched)
-            raise PoolTimeoutError(f"no free dual writer within {self.acquire_timeout_s:g} s: all {busy} are busy "
-                                   f"(a bigger size, or more processes; benched: {sorted(self.benched)})") from None
+        deadline = time.monotonic() + self.acquire_timeout_s
+        while True:
+            with self._cv:
+                writer = self._wait_for_slot(deadline)
+            if writer is not None:
+                return writer
+            try:
+                writer = self._grow()
+            finally:
+                with self._cv:
+                    self._growing -= 1
+                    self._cv.notify()
+            if writer is not None:
+                with self._cv:
+                    self.open_since[writer.transactional_id] = time.monotonic()
+                return writer
+            if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
+                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
+                                       f"{self.acquire_timeout_s:g} s, and the fleet holds all max_ids={self.max_ids} "
+                                       "ids (a bigger max_ids, or fewer writers per process)")
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
-    def _bench(self, writer: DualWriter, exc: Exception) -> None:
-        """Take a writer out of service for good: its id belongs to another writer now (a second pool with this
-        prefix?), or it needs an operator (DualWriter.resolve, then a new pool)."""
-        transactional_id = writer.transactional_id
-        with self._lock:
-            self.benched[transactional_id] = exc
-            self._writers.pop(transactional_id, None)
-            self._unsettled.discard(transactional_id)
-        log.error("%r: benched, the pool goes on with %d of %d ids: %r", transactional_id,
-                  len(self.transactional_ids) - len(self.benched), len(self.transactional_ids), exc)
-        self._close_quietly(writer, settle=False)  # fenced (its transaction is the new owner's) or an operator's
+    def _wait_for_slot(self, deadline: float) -> DualWriter | None:
+        """Under the lock: a free writer (lent now), or None with a growth slot reserved."""
+        while True:
+            if self._closed:
+                raise ConfigError("pool", "is closed")
+            if self._idle:
+                writer = self._idle.pop()
+                self.idle_since.pop(writer.transactional_id, None)
+                self.open_since[writer.transactional_id] = time.monotonic()
+                return writer
+            if len(self._writers) + self._growing < self.size:
+                self._growing += 1
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
+                                       f"{self.acquire_timeout_s:g} s: all {len(self._writers)} are busy (a bigger "
+                                       f"size, or more processes; benched: {sorted(self.benched)})")
+            self._cv.wait(left)
 
     def _release(self, writer: DualWriter) -> None:
-        with self._lock:
-            if self._closed:
-                self._close_quietly(writer)
+        transactional_id = writer.transactional_id
+        with self._cv:
+            if self._writers.get(transactional_id) is not writer:
+                retire = True  # dropped or replaced meanwhile
+            elif self._closed:
+                retire = True
+                self._forget(transactional_id)
             else:
-                self._free.put(writer)
+                retire = False
+                self._idle.append(writer)
+                self.idle_since[transactional_id] = time.monotonic()
+                if not writer.unfinished:
+                    self.open_since.pop(transactional_id, None)
+                self._cv.notify()
+        if retire:
+            self.retire(writer)
+
+    def take_idle(self, transactional_id: str) -> DualWriter | None:
+        """For the keeper: lend it an idle writer (None if it is not idle now)."""
+        with self._cv:
+            for writer in self._idle:
+                if writer.transactional_id == transactional_id:
+                    self._idle.remove(writer)
+                    self.idle_since.pop(transactional_id, None)
+                    return writer
+        return None
+
+    def give_back(self, writer: DualWriter) -> None:
+        """For the keeper: return what take_idle lent it."""
+        self._release(writer)
+
+    # -- leases -------------------------------------------------------------------------------------------------
+
+    def _grow(self, *, expired_only: bool = False) -> DualWriter | None:
+        """A writer on a newly leased id, on a new connection (its first transaction() recovers the id); None when
+        the fleet has nothing to lease."""
+        connection = self._connect()
+        try:
+            check_shareable(connection)
+            leases = self.lease_table(connection)
+            leases.limit_idle_transactions(self.lease_s)
+            lease = leases.claim(uuid.uuid4().hex, self.holder, self.lease_s, max_ids=self.max_ids,
+                                 expired_only=expired_only)
+            if lease is None:
+                _close_connection(connection)
+                return None
+            writer = self._new_writer(connection, lease)
+        except BaseException:
+            _close_connection(connection)
+            raise
+        if lease.taken_from is not None:
+            log.warning("%r: took over the lease of %s (expired %.1f s ago); recovering what it left",
+                        lease.transactional_id, lease.taken_from, lease.expired_s or 0.0)
+        with self._cv:
+            self._writers[lease.transactional_id] = writer
+            self._leases[lease.transactional_id] = lease
+        return writer
+
+    def lease_table(self, connection: Any) -> LeaseTable:
+        """The lease statements on ``connection``."""
+        table = StateTable(adapt(connection), self._options["state_table"], create=self._options["create_state_table"])
+        return LeaseTable(table, self.prefix)
+
+    def _new_writer(self, connection: Any, lease: Lease) -> DualWriter:
+        transport = self._transport_for(lease.transactional_id) if self._transport_for is not None else None
+        return DualWriter(connection, {**self._config, "transactional.id": lease.transactional_id},
+                          transport=transport, lease=lease, lease_s=self.lease_s, **self._options)
+
+    def _drop(self, writer: DualWriter, exc: Exception) -> None:
+        """Stop using a writer: its lease was taken over (ProducerFencedError: the new holder settles what it
+        left), or its id needs an operator (DualWriteRecoveryError: benched, and marked so in the row)."""
+        transactional_id = writer.transactional_id
+        needs_operator = isinstance(exc, DualWriteRecoveryError)
+        with self._cv:
+            lease = self._leases.get(transactional_id)
+            self._forget(transactional_id)
+            if needs_operator:
+                self.benched[transactional_id] = exc
+        if needs_operator and lease is not None:
+            with contextlib.suppress(Exception):
+                self.lease_table(writer.connection).set_problem(transactional_id, lease.token, str(exc))
+            log.error("%r: benched until an operator resolves it (DualWriter.resolve): %r", transactional_id, exc)
+        else:
+            log.warning("%r: fenced (%s); the pool leases another id", transactional_id, exc)
+        self._close_writer(writer)
+
+    def lose(self, transactional_id: str) -> None:
+        """For the keeper: an idle writer's lease is no longer ours."""
+        writer = self.take_idle(transactional_id)
+        if writer is not None:
+            self.lose_writer(writer)
+
+    def lose_writer(self, writer: DualWriter) -> None:
+        """For the keeper: a writer it holds was fenced."""
+        self._drop(writer, ProducerFencedError(f"{writer.transactional_id!r}: the lease was taken over"))
+
+    def snapshot(self) -> tuple[list[WriterView], dict[str, str], list[float]]:
+        """For the keeper: each writer as it sees it, each lease's token, and since when each open transaction
+        has been open (monotonic)."""
+        now = time.monotonic()
+        with self._cv:
+            views = [WriterView(tid, None if tid not in self.idle_since else now - self.idle_since[tid],
+                                writer.unfinished) for tid, writer in self._writers.items()]
+            return (views, {tid: lease.token for tid, lease in self._leases.items()},
+                    list(self.open_since.values()))
+
+    def _forget(self, transactional_id: str) -> None:
+        self._writers.pop(transactional_id, None)
+        self._leases.pop(transactional_id, None)
+        self.idle_since.pop(transactional_id, None)
+        self.open_since.pop(transactional_id, None)
+        self._unsettled.discard(transactional_id)
+        self._cv.notify_all()
 
     def _replace(self, writer: DualWriter) -> DualWriter:
-        """A new writer, with a new connection, for a writer whose connection broke; its first transaction()
-        recovers the id (settling what the broken one left)."""
+        """A writer on a new connection, with the same lease, for one whose connection broke; its first
+        transaction() recovers the id (settling what the broken one left)."""
+        lease = self._leases.get(writer.transactional_id)
+        if lease is None:
+            return writer
         try:
-            successor = self._new_writer(writer.transactional_id)
+            connection = self._connect()
+            try:
+                self.lease_table(connection).limit_idle_transactions(self.lease_s)
+                successor = self._new_writer(connection, lease)
+            except BaseException:
+                _close_connection(connection)
+                raise
         except Exception as exc:  # the database is still away: the old writer stays, and recovers when it can
             log.warning("%r: could not reconnect (%r); keeping the old connection", writer.transactional_id, exc)
             return writer
-        self._close_quietly(writer, settle=False)  # its successor settles, on a working connection
-        with self._lock:
+        self._close_writer(writer)  # its successor settles, on a working connection
+        with self._cv:
             self._writers[writer.transactional_id] = successor
         return successor
 
-    def _close_quietly(self, writer: DualWriter, *, settle: bool = True) -> None:
-        """Settle what the writer left unfinished (when it can), close it and, when the pool made it with
-        ``connect()``, its connection (an Engine's writer returns its own to the engine)."""
-        if settle and (writer.transactional_id in self._unsettled or writer.unfinished):
-            self._settle(writer)
+    def retire(self, writer: DualWriter) -> None:
+        """Close a writer and give its id back to the fleet; a transaction it left unfinished is settled first, and
+        if that fails the lease is kept until it expires, for another pool to settle."""
+        transactional_id = writer.transactional_id
+        lease = self._leases.get(transactional_id)
+        if transactional_id in self._unsettled or writer.unfinished:
+            try:
+                writer.recover_unfinished()
+                self._unsettled.discard(transactional_id)
+            except Exception as exc:
+                log.warning("%r: could not settle its unfinished transaction at close (%r): its lease expires in "
+                            "%g s and a live pool of the fleet settles it", transactional_id, exc, self.lease_s)
+        finished = not writer.unfinished
+        with self._cv:
+            if self._writers.get(transactional_id) is writer:
+                self._forget(transactional_id)
+        self._close_writer(writer, give_back=lease if finished else None)
+
+    def _close_writer(self, writer: DualWriter, *, give_back: Lease | None = None) -> None:
+        """Close the writer (and ``give_back`` its lease, once it has closed: its row then says complete), then its
+        connection."""
         try:
             writer.close()
-            if self._owns_connections:
-                writer.connection.close()
+            if give_back is not None:
+                self.lease_table(writer.connection).release(writer.transactional_id, give_back.token)
         except Exception as exc:
             log.debug("%r: closing failed: %r", writer.transactional_id, exc)
+        _close_connection(writer.connection)
 
-    def _settle(self, writer: DualWriter) -> None:
+    def reap_one(self) -> bool:
+        """For the keeper: claim one expired lease of the fleet, settle its id, and give it back. False when there
+        is none (or it could not be settled now: its lease then expires again, and is retried)."""
+        writer = self._grow(expired_only=True)
+        if writer is None:
+            return False
         try:
-            writer.recover_unfinished()
-            self._unsettled.discard(writer.transactional_id)
+            writer.recover()
+        except DualWriteRecoveryError as exc:
+            self._drop(writer, exc)
+            return True
         except Exception as exc:
-            log.warning("%r: could not settle its unfinished transaction at close (%r): it stays prepared, holding "
-                        "back read_committed consumers of its partitions, until a pool with this prefix starts "
-                        "(or DualWriter(...).recover() on the id)", writer.transactional_id, exc)
+            log.warning("%r: could not settle the expired lease now (%r); retried when it expires again",
+                        writer.transactional_id, exc)
+            with self._cv:
+                self._forget(writer.transactional_id)
+            self._close_writer(writer)
+            return False
+        self.retire(writer)
+        return True
+
+    def settle_expired(self, limit: int = 10_000) -> int:
+        """Claim and settle the fleet's expired leases now, up to ``limit`` (the keeper does it a few per tick);
+        returns how many were settled."""
+        settled = 0
+        while settled < limit and self.reap_one():
+            settled += 1
+        return settled
 
     def close(self) -> None:
-        """Settle what writers left unfinished and close every free writer now, each busy one when its
+        """Stop the keeper; settle, close and give back every idle writer now, each lent one when its
         transaction ends."""
-        with self._lock:
+        with self._cv:
             self._closed = True
-            while True:
-                try:
-                    self._close_quietly(self._free.get_nowait())
-                except queue.Empty:
-                    break
+            idle, self._idle = self._idle, []
+            for writer in idle:
+                self._forget(writer.transactional_id)
+        self._keeper.stop()
+        for writer in idle:
+            self.retire(writer)
 
     def __enter__(self) -> DualWriterPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None) -> None:
+    if size < 1:
+        raise ConfigError("size", f"must be at least 1, not {size}")
+    if not 0 <= min_size <= size:
+        raise ConfigError("min_size", f"must be between 0 and size ({size}), not {min_size}")
+    if lease_s < 1:
+        raise ConfigError("lease_s", f"must be at least 1 s, not {lease_s}")
+    if idle_s <= 0:
+        raise ConfigError("idle_s", f"must be positive, not {idle_s}")
+    if max_ids is not None and max_ids < size:
+        raise ConfigError("max_ids", f"must be at least size ({size}), not {max_ids}")
+
+
+def _connector(connect: Callable[[], Any] | Any) -> Callable[[], Any]:
+    """A callable making a connection the pool owns: ``connect`` itself, or an Engine's ``connect``."""
+    sqlalchemy = sys.modules.get("sqlalchemy")
+    if sqlalchemy is not None and isinstance(connect, sqlalchemy.engine.Engine):
+        return connect.connect  # type: ignore[no-any-return]
+    if not callable(connect):
+        raise ConfigError("connect", f"{type(connect).__name__} is neither a callable making a connection nor a "
+                                     "SQLAlchemy Engine")
+    return connect
+
+
+def check_shareable(connection: Any) -> None:
+    """A pool's connections are used by many threads (the requests', the keeper's): refuse a sqlite3 connection
+    made with ``check_same_thread=True`` (its default) now rather than on another thread later."""
+    dbapi = getattr(connection, "dbapi_connection", None) or connection
+    if type(dbapi).__module__ != "sqlite3" and not isinstance(dbapi, sqlite3.Connection):
+        return
+    failed: list[BaseException] = []
+
+    def touch() -> None:
+        try:
+            dbapi.cursor().close()
+        except sqlite3.ProgrammingError as exc:
+            failed.append(exc)
+
+    other = threading.Thread(target=touch)
+    other.start()
+    other.join()
+    if failed:
+        raise ConfigError("connect", "makes sqlite3 connections with check_same_thread=True (the default): a "
+                                     "pool's connections are used by many threads; use sqlite3.connect(path, "
+                                     "check_same_thread=False)")
+
+
+def _close_connection(connection: Any) -> None:
+    with contextlib.suppress(Exception):
+        connection.close()
 
 
 def _connection_broken(writer: DualWriter, exc: BaseException) -> bool:

@@ -8,15 +8,16 @@ how a transaction takes the write lock: ``BEGIN IMMEDIATE`` on SQLite, ``SELECT 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.dualwrite.outcome import ReadBack
-from kafka2pc.errors import ConfigError
+from kafka2pc.errors import ConfigError, ProducerFencedError
 from kafka2pc.prepared_state import PreparedTxnState
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -34,25 +35,48 @@ class StoredState:
     two_phase: bool = False
     #: a random token each dual-write transaction writes: reading it back tells whether that transaction committed
     token: str | None = None
+    #: the pool writer that holds the id's lease (DualWriterPool); None for an id no pool leased
+    lease_owner: str | None = None
+
+
+#: the columns DualWriterPool's leases use (docs/fleet.md), added by ALTER TABLE to a table made before them
+LEASE_COLUMNS = (("lease_owner", "VARCHAR(64)"), ("lease_expires", "DOUBLE PRECISION"),
+                 ("heartbeat_at", "DOUBLE PRECISION"), ("holder", "VARCHAR(255)"), ("fleet", "VARCHAR(249)"),
+                 ("fleet_index", "INTEGER"), ("problem", "VARCHAR(1000)"))
+
+
+def _checked(table: str) -> str:
+    if not _TABLE_NAME.fullmatch(table):
+        raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
+    return table
 
 
 def state_table_ddl(table: str = "kafka2pc_dual_write_state") -> str:
     """The CREATE TABLE statement of a dual writer's state table (for a migration, or a DBA to run ahead)."""
-    if not _TABLE_NAME.fullmatch(table):
-        raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
-    return (f"CREATE TABLE IF NOT EXISTS {table} (transactional_id VARCHAR(249) PRIMARY KEY, owner VARCHAR(64), "
-            "prepared_state VARCHAR(64), transaction_version INTEGER, completed INTEGER NOT NULL DEFAULT 1, "
-            "two_phase INTEGER NOT NULL DEFAULT 0, txn_token VARCHAR(32))")
+    leases = "".join(f", {name} {kind}" for name, kind in LEASE_COLUMNS)
+    return (f"CREATE TABLE IF NOT EXISTS {_checked(table)} (transactional_id VARCHAR(249) PRIMARY KEY, "
+            "owner VARCHAR(64), prepared_state VARCHAR(64), transaction_version INTEGER, "
+            "completed INTEGER NOT NULL DEFAULT 1, two_phase INTEGER NOT NULL DEFAULT 0, txn_token VARCHAR(32)"
+            f"{leases})")
+
+
+def state_table_upgrade_ddl(table: str = "kafka2pc_dual_write_state") -> list[str]:
+    """The statements that add the lease columns to a state table made by kafka2pc before DualWriterPool leased
+    ids (each adds one nullable column: no rewrite, no default to fill in; releases that predate them ignore them)."""
+    return [f"ALTER TABLE {_checked(table)} ADD COLUMN {name} {kind}" for name, kind in LEASE_COLUMNS]
 
 
 _BLOCK_SAVEPOINT = "kafka2pc_dual_write_block"
 _COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase, txn_token"
+#: the database's clock, in seconds since the epoch: leases are timed by it, never by a client's clock
+NOW_SQL = {"sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+           "other": "EXTRACT(EPOCH FROM clock_timestamp())"}
 
 
 def _stored(row: Sequence[Any]) -> StoredState:
-    owner, prepared, version, completed, two_phase, token = row
+    owner, prepared, version, completed, two_phase, token, *lease = row
     state = PreparedTxnState.parse(prepared, transaction_version=version) if prepared else None
-    return StoredState(owner, state, bool(completed), bool(two_phase), token)
+    return StoredState(owner, state, bool(completed), bool(two_phase), token, lease[0] if lease else None)
 
 
 class StateTable:
@@ -66,32 +90,79 @@ class StateTable:
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
         self._table_checked = False
+        #: whether the table has the lease columns (a table made before them works unleased)
+        self.leasing = False
         self.sqlite = connection.sqlite
+        self.now = NOW_SQL["sqlite" if self.sqlite else "other"]
         style = getattr(connection.module, "paramstyle", "qmark")
         self._p = "?" if style == "qmark" else "%s"
         self.errors = connection.module  # DB-API exception classes live on the driver module
 
-    def _sql(self, text: str) -> str:
+    def sql(self, text: str) -> str:
         return text.replace("?", self._p)
 
-    def _ensure_table(self) -> None:
-        """Check once that the table exists; create it if missing and allowed. Runs only with no transaction open,
-        and commits nothing but its own CREATE (a least-privilege role that may not create tables never needs to)."""
-        if self._table_checked:
+    def _ensure_table(self, *, leases: bool = False) -> None:
+        """Check once that the table exists (with the lease columns when ``leases``); create it, or add the
+        columns, if missing and allowed. Runs only with no transaction open, and commits nothing but its own DDL (a
+        least-privilege role that may not create tables never needs to)."""
+        if self._table_checked and (self.leasing or not leases):
             return
         if not self._exists():
             if not self.create:
                 raise ConfigError("state_table", f"{self.table!r} does not exist and create_state_table=False: "
                                                  f"create it first with\n{state_table_ddl(self.table)}")
-            try:
-                self.connection.begin()
-                self.connection.cursor().execute(state_table_ddl(self.table))
-                self.connection.commit()
-            except Exception:
-                self.connection.rollback()
-                if not self._exists():  # not a concurrent writer's CREATE winning the race
-                    raise
+            self._run_ddl([state_table_ddl(self.table)], done=self._exists)
+        missing = [name for name, _ in LEASE_COLUMNS if name not in self._column_names()]
+        if missing and leases:
+            additions = [(name, statement) for (name, _), statement
+                         in zip(LEASE_COLUMNS, state_table_upgrade_ddl(self.table), strict=True) if name in missing]
+            if not self.create:
+                statements = "".join(f"{statement};\n" for _, statement in additions)
+                raise ConfigError("state_table", f"{self.table!r} lacks the lease columns DualWriterPool needs and "
+                                                 f"create_state_table=False: add them first with\n{statements}")
+            for name, statement in additions:
+                self._run_ddl([statement], done=functools.partial(self._has_column, name))
+            missing = []
+        self.leasing = not missing
         self._table_checked = True
+
+    def _run_ddl(self, statements: list[str], *, done: Callable[[], bool]) -> None:
+        """Run DDL in a transaction of its own; a concurrent writer's identical DDL winning the race is fine
+        (``done()`` says whether the change is there). On PostgreSQL the DDL waits at most 2 s for its lock, so it
+        never queues the writers of a running fleet behind it for long (a rolling deploy retries at its next
+        start)."""
+        try:
+            self.connection.begin()
+            cursor = self.connection.cursor()
+            if not self.sqlite:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            for statement in statements:
+                cursor.execute(statement)
+            self.connection.commit()
+        except Exception:
+            self.connection.rollback()
+            if not done():
+                raise
+
+    def _has_column(self, name: str) -> bool:
+        return name in self._column_names()
+
+    def _column_names(self) -> set[str]:
+        self.connection.begin()
+        try:
+            cursor = self.connection.cursor()
+            cursor.execute(f"SELECT * FROM {self.table} WHERE 1 = 0")
+            return {str(column[0]).lower() for column in cursor.description}
+        finally:
+            self.connection.rollback()
+
+    def ensure_leasing(self) -> None:
+        """Make sure the table has the lease columns (adding them when allowed), before a pool leases ids."""
+        self._ensure_table(leases=True)
+
+    @property
+    def _columns(self) -> str:
+        return f"{_COLUMNS}, lease_owner" if self.leasing else _COLUMNS
 
     def _exists(self) -> bool:
         self.connection.begin()
@@ -137,12 +208,12 @@ class StateTable:
             raise
 
     def _insert_row(self, cursor: Any, transactional_id: str) -> None:
-        cursor.execute(self._sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
+        cursor.execute(self.sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
                                  "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
 
     def _select_locked(self, cursor: Any, transactional_id: str) -> Any:
         lock = "" if self.sqlite else " FOR UPDATE"
-        cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?{lock}"),
+        cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
                        (transactional_id,))
         return cursor.fetchone()
 
@@ -169,11 +240,17 @@ class StateTable:
         return getattr(exc, "sqlstate", None) == "25P02"
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
-              two_phase: bool = False, token: str | None = None, completed: bool) -> None:
+              two_phase: bool = False, token: str | None = None, completed: bool,
+              lease: tuple[str, float] | None = None, clear_problem: bool = False) -> None:
         """Update the row inside the current transaction (``owner``, ``prepared``, ``token`` only when given; an
-        empty prepared state, of a transaction that produced nothing, is stored as none)."""
+        empty prepared state, of a transaction that produced nothing, is stored as none). With ``lease`` (the
+        writer's lease token, its length in seconds) the lease is renewed in the same statement, which updates the
+        row only while that token holds it: otherwise ProducerFencedError, and the caller rolls back."""
         sets: list[str] = ["completed = ?"]
         values: list[object] = [1 if completed else 0]
+        if lease is not None:
+            sets += [f"lease_expires = {self.now} + ?", f"heartbeat_at = {self.now}"]
+            values.append(lease[1])
         if owner is not None:
             sets.append("owner = ?")
             values.append(owner)
@@ -184,16 +261,23 @@ class StateTable:
         if token is not None:
             sets.append("txn_token = ?")
             values.append(token)
-        self.connection.cursor().execute(
-            self._sql(f"UPDATE {self.table} SET {', '.join(sets)} WHERE transactional_id = ?"),
-            (*values, transactional_id))
+        if clear_problem and self.leasing:
+            sets.append("problem = NULL")
+        where, keys = "transactional_id = ?", [transactional_id]
+        if lease is not None:
+            where, keys = f"{where} AND lease_owner = ?", [transactional_id, lease[0]]
+        cursor = self.connection.cursor()
+        cursor.execute(self.sql(f"UPDATE {self.table} SET {', '.join(sets)} WHERE {where}"), (*values, *keys))
+        if lease is not None and cursor.rowcount == 0:
+            raise ProducerFencedError(f"{transactional_id!r}: this process's lease on the id was taken over by "
+                                      "another process: this writer is fenced")
 
     def read(self, transactional_id: str) -> StoredState | None:
         """The row, read in a transaction of its own (ended here)."""
         self.connection.begin()
         try:
             cursor = self.connection.cursor()
-            cursor.execute(self._sql(f"SELECT {_COLUMNS} FROM {self.table} WHERE transactional_id = ?"),
+            cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?"),
                            (transactional_id,))
             row = cursor.fetchone()
         finally:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import PRODUCER_KEYS, ClientConfig, ProducerConfig
 from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.leases import Lease
 from kafka2pc.dualwrite.outcome import CommitOutcome, judge_failed_commit
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
@@ -65,11 +66,12 @@ class DualWriter:
 
     ``config`` is a TwoPhaseProducer configuration (``bootstrap.servers``, ``transactional.id``, ...). One writer
     per transactional id at a time: a second one with the same id fences the first (in Kafka, and in the database
-    through the state row's owner). ``transport`` replaces the network (a coordinator model, in tests)."""
+    through the state row's owner). ``transport`` replaces the network (a coordinator model, in tests). ``lease``
+    and ``lease_s`` are set by DualWriterPool: the writer then uses the id only while its lease holds."""
 
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
-                 transport: ClusterTransport | None = None):
+                 transport: ClusterTransport | None = None, lease: Lease | None = None, lease_s: float = 15.0):
         self.transactional_id = str(config.get("transactional.id") or "")
         if not self.transactional_id:
             raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
@@ -84,7 +86,9 @@ class DualWriter:
                                          client_id=f"kafka2pc-{self.transactional_id}")
         self._transport = transport
         self._producer = self._new_producer()
-        self._owner = uuid.uuid4().hex
+        self._owner = lease.token if lease is not None else uuid.uuid4().hex
+        #: (its token, its length in seconds) for a pool's writer: every write of the row renews it, conditionally
+        self._lease = (lease.token, lease_s) if lease is not None else None
         #: True until a recovery has settled the id, and again from a database commit until Kafka's completion
         self._needs_recovery = True
         #: True once a recovery made this writer the id's owner: from then on another owner means it is fenced
@@ -137,6 +141,10 @@ class DualWriter:
         self._producer = self._new_producer()
         stored = table.begin_locked(self.transactional_id)
         try:
+            if self._lease is not None and stored.lease_owner != self._owner:
+                raise ProducerFencedError(f"{self.transactional_id!r}: this process's lease on the id was taken over "
+                                          "by another process (it expired): this writer is fenced; the new holder "
+                                          "settles its unfinished transaction")
             if not take_over and stored.owner not in (None, self._owner):
                 raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered "
                                           "after this one): this writer is fenced; its unfinished transaction is "
@@ -153,7 +161,7 @@ class DualWriter:
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
-            table.write(self.transactional_id, owner=self._owner, completed=True)
+            table.write(self.transactional_id, owner=self._owner, completed=True, lease=self._lease)
             self._db.commit()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -182,7 +190,7 @@ class DualWriter:
             raise ValueError("a resolution needs a reason")
         self._table.begin_locked(self.transactional_id)
         # the operator's mark owns the id (a recovery then acts on whatever Kafka holds open) until a writer recovers
-        self._table.write(self.transactional_id, owner=RESOLVED_BY_OPERATOR, completed=True)
+        self._table.write(self.transactional_id, owner=RESOLVED_BY_OPERATOR, completed=True, clear_problem=True)
         self._db.commit()
         self._needs_recovery, self._owned = True, False
         log.warning("%r: stored transaction marked handled by an operator: %s", self.transactional_id, reason)
@@ -205,6 +213,10 @@ class DualWriter:
         self.recover_unfinished()
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
+        if self._lease is not None and stored.lease_owner != self._owner:
+            self._db.rollback()
+            raise ProducerFencedError(f"{self.transactional_id!r}: this process's lease on the id was taken over by "
+                                      "another process (it expired): this writer is fenced")
         if stored.owner != self._owner:
             self._db.rollback()
             raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
@@ -220,7 +232,7 @@ class DualWriter:
             savepoint_held = False
             prepared = producer.prepare_transaction()
             table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
-                        token=token, completed=False)
+                        token=token, completed=False, lease=self._lease)
         except Exception as exc:
             ended = savepoint_held and not isinstance(exc, DualWriteUsageError) and table.block_ended()
             self._roll_back_both()
