@@ -19,9 +19,10 @@ from typing import Any
 import attrs
 
 from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.errors import PoolTimeoutError
 
-#: how many numbers a claim tries when concurrent claims insert the same new ids
-_INSERT_ATTEMPTS = 8
+#: how many times a claim reads the highest id again when concurrent claims insert the next one first
+_INSERT_ATTEMPTS = 64
 
 
 @attrs.frozen
@@ -147,21 +148,23 @@ class LeaseTable:
         return lease
 
     def _insert_new(self, cursor: Any, token: str, max_ids: int | None) -> Lease | None:
-        """Insert the fleet's next id (the one after its highest number; a number a concurrent claim took is
-        skipped), below ``max_ids``. Inside the claim's transaction."""
+        """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
+        claim inserted first is skipped (the highest is read again). Inside the claim's transaction."""
         table = self.table.table
-        cursor.execute(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
-                       (*self._range, self.prefix))
-        highest = cursor.fetchone()[0]
-        start = -1 if highest is None else int(highest)
-        end = start + 1 + _INSERT_ATTEMPTS
-        for index in range(start + 1, end if max_ids is None else min(end, max_ids)):
+        for _ in range(_INSERT_ATTEMPTS):
+            cursor.execute(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
+                           (*self._range, self.prefix))
+            highest = cursor.fetchone()[0]
+            index = 0 if highest is None else int(highest) + 1
+            if max_ids is not None and index >= max_ids:
+                return None
             cursor.execute(self.table.sql(f"INSERT INTO {table} (transactional_id, fleet, fleet_index) VALUES "
-                                           "(?, ?, ?) ON CONFLICT (transactional_id) DO NOTHING"),
+                                          "(?, ?, ?) ON CONFLICT (transactional_id) DO NOTHING"),
                            (f"{self.prefix}-{index}", self.prefix, index))
             if cursor.rowcount == 1:
                 return Lease(f"{self.prefix}-{index}", index, token)
-        return None
+        raise PoolTimeoutError(f"fleet {self.prefix!r}: {_INSERT_ATTEMPTS} concurrent claims inserted the next id "
+                               "first, every time; retry")
 
     def renew(self, leases: Mapping[str, str], lease_s: float) -> set[str]:
         """Extend the leases (id → token) this process still holds; returns the ids renewed. On PostgreSQL a row a

@@ -102,7 +102,7 @@ class DualWriterPool:
                     continue
                 except BaseException:
                     with self._cv:
-                        self._forget(writer.transactional_id)
+                        self._forget(writer)
                     self._close_writer(writer)  # its recovery just failed: not tried twice
                     raise
                 self._release(writer)
@@ -119,11 +119,6 @@ class DualWriterPool:
         """The ids this pool holds leases on now."""
         with self._cv:
             return sorted(self._writers)
-
-    def lease_token(self, transactional_id: str) -> str | None:
-        with self._cv:
-            lease = self._leases.get(transactional_id)
-            return None if lease is None else lease.token
 
     # -- lending ------------------------------------------------------------------------------------------------
 
@@ -215,7 +210,7 @@ class DualWriterPool:
                 retire = True  # dropped or replaced meanwhile
             elif self._closed:
                 retire = True
-                self._forget(transactional_id)
+                self._forget(writer)
             else:
                 retire = False
                 self._idle.append(writer)
@@ -280,16 +275,15 @@ class DualWriterPool:
     def _drop(self, writer: DualWriter, exc: Exception) -> None:
         """Stop using a writer: its lease was taken over (ProducerFencedError: the new holder settles what it
         left), or its id needs an operator (DualWriteRecoveryError: benched, and marked so in the row)."""
-        transactional_id = writer.transactional_id
+        transactional_id, token = writer.transactional_id, writer.lease_token
         needs_operator = isinstance(exc, DualWriteRecoveryError)
         with self._cv:
-            lease = self._leases.get(transactional_id)
-            self._forget(transactional_id)
+            self._forget(writer)
             if needs_operator:
                 self.benched[transactional_id] = exc
-        if needs_operator and lease is not None:
+        if needs_operator and token is not None:
             with contextlib.suppress(Exception):
-                self.lease_table(writer.connection).set_problem(transactional_id, lease.token, str(exc))
+                self.lease_table(writer.connection).set_problem(transactional_id, token, str(exc))
             log.error("%r: benched until an operator resolves it (DualWriter.resolve): %r", transactional_id, exc)
         else:
             log.warning("%r: fenced (%s); the pool leases another id", transactional_id, exc)
@@ -315,19 +309,23 @@ class DualWriterPool:
             return (views, {tid: lease.token for tid, lease in self._leases.items()},
                     list(self.open_since.values()))
 
-    def _forget(self, transactional_id: str) -> None:
-        self._writers.pop(transactional_id, None)
-        self._leases.pop(transactional_id, None)
-        self.idle_since.pop(transactional_id, None)
-        self.open_since.pop(transactional_id, None)
-        self._unsettled.discard(transactional_id)
+    def _forget(self, writer: DualWriter) -> None:
+        """Under the lock: the pool no longer holds ``writer`` (nothing, if its id is held by a newer writer: this
+        pool claimed the id again after its own lease ran out)."""
+        transactional_id = writer.transactional_id
+        if self._writers.get(transactional_id) is writer:
+            del self._writers[transactional_id]
+            self._leases.pop(transactional_id, None)
+            self.idle_since.pop(transactional_id, None)
+            self.open_since.pop(transactional_id, None)
+            self._unsettled.discard(transactional_id)
         self._cv.notify_all()
 
     def _replace(self, writer: DualWriter) -> DualWriter:
         """A writer on a new connection, with the same lease, for one whose connection broke; its first
         transaction() recovers the id (settling what the broken one left)."""
         lease = self._leases.get(writer.transactional_id)
-        if lease is None:
+        if lease is None or lease.token != writer.lease_token:
             return writer
         try:
             connection = self._connect()
@@ -349,7 +347,6 @@ class DualWriterPool:
         """Close a writer and give its id back to the fleet; a transaction it left unfinished is settled first, and
         if that fails the lease is kept until it expires, for another pool to settle."""
         transactional_id = writer.transactional_id
-        lease = self._leases.get(transactional_id)
         if transactional_id in self._unsettled or writer.unfinished:
             try:
                 writer.recover_unfinished()
@@ -359,17 +356,17 @@ class DualWriterPool:
                             "%g s and a live pool of the fleet settles it", transactional_id, exc, self.lease_s)
         finished = not writer.unfinished
         with self._cv:
-            if self._writers.get(transactional_id) is writer:
-                self._forget(transactional_id)
-        self._close_writer(writer, give_back=lease if finished else None)
+            self._forget(writer)
+        self._close_writer(writer, give_back=finished)
 
-    def _close_writer(self, writer: DualWriter, *, give_back: Lease | None = None) -> None:
+    def _close_writer(self, writer: DualWriter, *, give_back: bool = False) -> None:
         """Close the writer (and ``give_back`` its lease, once it has closed: its row then says complete), then its
         connection."""
         try:
             writer.close()
-            if give_back is not None:
-                self.lease_table(writer.connection).release(writer.transactional_id, give_back.token)
+            token = writer.lease_token
+            if give_back and token is not None:
+                self.lease_table(writer.connection).release(writer.transactional_id, token)
         except Exception as exc:
             log.debug("%r: closing failed: %r", writer.transactional_id, exc)
         _close_connection(writer.connection)
@@ -389,7 +386,7 @@ class DualWriterPool:
             log.warning("%r: could not settle the expired lease now (%r); retried when it expires again",
                         writer.transactional_id, exc)
             with self._cv:
-                self._forget(writer.transactional_id)
+                self._forget(writer)
             self._close_writer(writer)
             return False
         self.retire(writer)
@@ -410,7 +407,7 @@ class DualWriterPool:
             self._closed = True
             idle, self._idle = self._idle, []
             for writer in idle:
-                self._forget(writer.transactional_id)
+                self._forget(writer)
         self._keeper.stop()
         for writer in idle:
             self.retire(writer)
@@ -475,9 +472,6 @@ def _close_connection(connection: Any) -> None:
 
 
 def _connection_broken(writer: DualWriter, exc: BaseException) -> bool:
-    """Whether ``exc`` is the database connection failing (not a statement): the driver's OperationalError or
-    InterfaceError on a connection that is now closed (psycopg), or SQLAlchemy's disconnect."""
-    if getattr(exc, "connection_invalidated", False):
-        return True
-    closed = getattr(writer.connection, "closed", False)
-    return bool(closed) and type(exc).__name__ in ("OperationalError", "InterfaceError")
+    """Whether ``exc`` came with the database connection failing (not a statement): a connection that is now
+    closed (psycopg: a lost server, a session PostgreSQL ended), or SQLAlchemy's disconnect."""
+    return bool(getattr(exc, "connection_invalidated", False) or getattr(writer.connection, "closed", False))

@@ -79,6 +79,20 @@ def _stored(row: Sequence[Any]) -> StoredState:
     return StoredState(owner, state, bool(completed), bool(two_phase), token, lease[0] if lease else None)
 
 
+#: PostgreSQL ended the session for a reason that came before the commit (the transaction stayed idle longer than
+#: idle_in_transaction_session_timeout: a frozen process's, once its lease ran out): the commit was never run
+_ENDED_BEFORE_COMMIT = frozenset({"25P03"})
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver's error, or of the driver error SQLAlchemy wraps."""
+    for candidate in (exc, getattr(exc, "orig", None)):
+        state = getattr(candidate, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
 class StateTable:
     """SQL for one connection's database flavour."""
 
@@ -299,6 +313,8 @@ class StateTable:
     def is_definite_failure(self, exc: BaseException) -> bool:
         """Whether a failed commit certainly did not commit (a constraint, data or SQL error), as opposed to a lost
         connection whose commit may or may not have happened."""
+        if _sqlstate(exc) in _ENDED_BEFORE_COMMIT:
+            return True
         if getattr(exc, "connection_invalidated", False):
             return False  # SQLAlchemy took it for a disconnect
         definite = tuple(getattr(self.errors, name) for name in ("IntegrityError", "DataError", "ProgrammingError")

@@ -113,6 +113,11 @@ class DualWriter:
         return self._db.given
 
     @property
+    def lease_token(self) -> str | None:
+        """The token of the lease this writer holds its id by (a pool's writer), else None."""
+        return None if self._lease is None else self._lease[0]
+
+    @property
     def two_phase_commit_active(self) -> bool:
         """Whether Kafka prepared transactions are free of the broker's timeout (see TwoPhaseProducer)."""
         return self._producer.two_phase_commit_active
@@ -286,7 +291,7 @@ class DualWriter:
     def _mark_completed(self) -> None:
         """Record in the row, in a DB transaction of its own, that its transaction completed (this writer's only)."""
         stored = self._table.begin_locked(self.transactional_id)
-        if stored.owner == self._owner:
+        if stored.owner == self._owner and (self._lease is None or stored.lease_owner == self._owner):
             self._table.write(self.transactional_id, completed=True)
         self._db.commit()
 
