@@ -18,6 +18,9 @@ from kafka2pc.dualwrite import (
     PoolTimeoutError,
     state_table_ddl,
 )
+from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.leases import LeaseTable
+from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import ConfigError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
@@ -298,3 +301,37 @@ def test_a_sqlite_connection_bound_to_its_thread_is_refused_at_once(tmp_path):
     cluster, path = Cluster(), tmp_path / "a.db"
     with pytest.raises(ConfigError, match="check_same_thread=False"):
         cluster.pool(lambda: sqlite3.connect(path), size=1)
+
+
+def state_row(path, transactional_id: str) -> tuple:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT owner, txn_token, prepared_state, completed FROM kafka2pc_dual_write_state WHERE "
+                          "transactional_id = ?", (transactional_id,)).fetchone()
+
+
+def test_a_writer_whose_lease_was_claimed_writes_nothing_before_the_claimer_recovers(tmp_path):
+    """A process frozen past its lease goes on after another process claimed its id, before that process's
+    recovery wrote the row's owner: only the lease says the id is no longer its. Its request is served under
+    another lease, and the claimed id's row is left as the claimer found it."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: pconnect(path), size=2)
+    assert pool.transactional_ids == ["shop-0"]
+    order(pool, 1)
+    expire(path, "shop-0")
+    claim = LeaseTable(StateTable(adapt(pconnect(path)), "kafka2pc_dual_write_state"), "shop").claim(
+        "the-claimers-token", "other:2", 60, max_ids=None, expired_only=True)
+    assert claim.transactional_id == "shop-0"
+    found = state_row(path, "shop-0")
+    order(pool, 2)
+    assert state_row(path, "shop-0") == found, "the writer wrote the row of an id another process holds"
+    assert pool.transactional_ids == ["shop-1"]
+    claimer = DualWriter(pconnect(path), {**cluster.config, "transactional.id": "shop-0"},
+                         transport=cluster.transport, lease=claim, lease_s=60)
+    claimer.recover()
+    with claimer.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (3)")
+        tx.produce("t", value=b"3", key=b"3", partition=0)
+    claimer.close()
+    pool.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
+    assert cluster.model.open_transactions() == []

@@ -249,6 +249,11 @@ class StateTable:
         return False
 
     @staticmethod
+    def session_ended(exc: BaseException) -> bool:
+        """Whether the database ended the session for a reason before any commit (SQLSTATE 25P03)."""
+        return _sqlstate(exc) in _ENDED_BEFORE_COMMIT
+
+    @staticmethod
     def is_failed_transaction(exc: BaseException) -> bool:
         """Whether a statement failed because an earlier one aborted the transaction (PostgreSQL's 25P02)."""
         return getattr(exc, "sqlstate", None) == "25P02"
@@ -313,7 +318,7 @@ class StateTable:
     def is_definite_failure(self, exc: BaseException) -> bool:
         """Whether a failed commit certainly did not commit (a constraint, data or SQL error), as opposed to a lost
         connection whose commit may or may not have happened."""
-        if _sqlstate(exc) in _ENDED_BEFORE_COMMIT:
+        if self.session_ended(exc):
             return True
         if getattr(exc, "connection_invalidated", False):
             return False  # SQLAlchemy took it for a disconnect

@@ -239,7 +239,8 @@ class DualWriter:
             table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
                         token=token, completed=False, lease=self._lease)
         except Exception as exc:
-            ended = savepoint_held and not isinstance(exc, DualWriteUsageError) and table.block_ended()
+            ended = (savepoint_held and not isinstance(exc, DualWriteUsageError) and not self._session_lost(exc)
+                     and table.block_ended())
             self._roll_back_both()
             if ended:
                 raise self._block_ended_error(exc) from exc
@@ -277,9 +278,14 @@ class DualWriter:
         try:
             self._table.release_block()
         except Exception as exc:
-            if self._table.is_failed_transaction(exc):
-                raise  # a statement in the block failed and the application went on: the database's own error
+            if self._table.is_failed_transaction(exc) or self._session_lost(exc):
+                raise  # a statement in the block failed and the application went on, or the session is gone
             raise self._block_ended_error(exc) from exc
+
+    def _session_lost(self, exc: BaseException) -> bool:
+        """Whether the database session ended under the block (a lost server, PostgreSQL ending a session idle in
+        its transaction for a lease): the database's own error says so, not a usage error."""
+        return self._table.session_ended(exc) or bool(getattr(self._db.given, "closed", False))
 
     def _block_ended_error(self, exc: BaseException) -> DualWriteUsageError:
         return DualWriteUsageError(
