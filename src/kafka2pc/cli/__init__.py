@@ -1,4 +1,4 @@
-"""The ``kafka2pc`` command line: ``doctor``, ``txns``, ``audit`` and ``recover``."""
+"""The ``kafka2pc`` command line: ``doctor``, ``txns``, ``audit``, ``recover`` and ``fleet``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from kafka2pc.cli.audit import add_audit_command
 from kafka2pc.cli.doctor import add_doctor_command
+from kafka2pc.cli.fleet import add_fleet_command
 from kafka2pc.cli.recover import add_recover_command
 from kafka2pc.cli.txns import add_txns_commands
 from kafka2pc.errors import Kafka2pcError
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_txns_commands(commands)
     add_audit_command(commands)
     add_recover_command(commands)
+    add_fleet_command(commands)
     return parser
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,10 +22,10 @@ def _config_pair(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def add_connection_args(parser: argparse.ArgumentParser) -> None:
+def add_connection_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     """``--bootstrap``, ``--command-config FILE`` and repeated ``--config KEY=VALUE``."""
-    parser.add_argument("--bootstrap", "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                        help="the cluster's bootstrap servers")
+    parser.add_argument("--bootstrap", "--bootstrap-server", required=required, metavar="HOST:PORT[,HOST:PORT]",
+                        help="the cluster's bootstrap servers" + ("" if required else " (to look at Kafka too)"))
     parser.add_argument("--command-config", metavar="FILE", type=Path,
                         help="client settings in a Java .properties file (security.protocol, sasl.jaas.config, "
                              "ssl.truststore.location ...), as kafka-transactions.sh --command-config takes it")

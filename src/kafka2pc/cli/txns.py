@@ -36,7 +36,7 @@ def _grammar(prefix: str | None) -> TransactionalIdGrammar | None:
     return TransactionalIdGrammar(prefix) if prefix is not None else None
 
 
-def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+def text_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     if not rows:
         return "(none)"
     cells = [[", ".join(map(str, row[c])) if isinstance(row[c], list) else str(row[c]) for c in columns]
@@ -48,7 +48,7 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _emit(args: argparse.Namespace, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
-    print(json.dumps(rows, indent=2, sort_keys=True) if args.json else _table(rows, columns))
+    print(json.dumps(rows, indent=2, sort_keys=True) if args.json else text_table(rows, columns))
 
 
 def _describe_row(found: TransactionDescription, now_ms: int) -> dict[str, Any]:
