@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from kafka2pc.dualwrite.outcome import ReadBack
 from kafka2pc.errors import ConfigError, ProducerFencedError
 from kafka2pc.prepared_state import PreparedTxnState
 
+_DDL_ATTEMPTS = 5
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -142,21 +144,25 @@ class StateTable:
 
     def _run_ddl(self, statements: list[str], *, done: Callable[[], bool]) -> None:
         """Run DDL in a transaction of its own; a concurrent writer's identical DDL winning the race is fine
-        (``done()`` says whether the change is there). On PostgreSQL the DDL waits at most 2 s for its lock, so it
-        never queues the writers of a running fleet behind it for long (a rolling deploy retries at its next
-        start)."""
-        try:
-            self.connection.begin()
-            cursor = self.connection.cursor()
-            if not self.sqlite:
-                cursor.execute("SET LOCAL lock_timeout = '2s'")
-            for statement in statements:
-                cursor.execute(statement)
-            self.connection.commit()
-        except Exception:
-            self.connection.rollback()
-            if not done():
-                raise
+        (``done()`` says whether the change is there). On PostgreSQL each attempt waits at most 2 s for its lock,
+        so the writers of a running fleet never queue behind it for longer (tried 5 times, with backoff)."""
+        for attempt in range(_DDL_ATTEMPTS):
+            try:
+                self.connection.begin()
+                cursor = self.connection.cursor()
+                if not self.sqlite:
+                    cursor.execute("SET LOCAL lock_timeout = '2s'")
+                for statement in statements:
+                    cursor.execute(statement)
+                self.connection.commit()
+                return
+            except Exception:
+                self.connection.rollback()
+                if done():
+                    return
+                if attempt == _DDL_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.2 * 2 ** attempt)
 
     def _has_column(self, name: str) -> bool:
         return name in self._column_names()
