@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -335,3 +336,28 @@ def test_a_writer_whose_lease_was_claimed_writes_nothing_before_the_claimer_reco
     pool.close()
     assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]
     assert cluster.model.open_transactions() == []
+
+
+def test_the_keeper_reports_leased_ids_open_transactions_and_settled_leases(tmp_path):
+    from kafka2pc.metrics import sample  # noqa: PLC0415
+
+    cluster, path = Cluster(), tmp_path / "a.db"
+    cluster.config = {**cluster.config, "transactional.id": f"m-{tmp_path.name[-12:]}"}
+    prefix = {"prefix": cluster.config["transactional.id"]}
+    pool = cluster.pool(lambda: pconnect(path), size=2, min_size=2)
+    with pool.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (1)")
+        time.sleep(0.05)
+        pool._keeper.tick()
+        assert sample("kafka2pc_dual_write_leased_ids", **prefix) == 2
+        assert sample("kafka2pc_dual_write_oldest_open_transaction_seconds", **prefix) >= 0.05
+    pool._keeper.tick()
+    assert sample("kafka2pc_dual_write_oldest_open_transaction_seconds", **prefix) == 0
+    dead = cluster.pool(lambda: pconnect(path), size=1)  # another process, which dies
+    dead._keeper.stop()
+    expire(path, *dead.transactional_ids)
+    before = sample("kafka2pc_dual_write_leases_taken_over_total", **prefix) or 0
+    pool._keeper.tick()
+    assert sample("kafka2pc_dual_write_leases_taken_over_total", **prefix) == before + 1
+    assert sample("kafka2pc_dual_write_expired_leases", **prefix) == 0
+    pool.close()
