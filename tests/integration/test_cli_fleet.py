@@ -70,3 +70,25 @@ def test_the_fleet_view_and_settling_a_dead_processes_lease(kafka, topic_factory
     after = {row["transactional_id"]: row for row in json.loads(
         fleet("--db", f"sqlite:{path}", "--prefix", prefix, "--json").stdout)}
     assert after[dead]["status"] == "free"
+
+
+EXITS_WITHOUT_CLOSE = """
+import sqlite3, sys
+from kafka2pc.dualwrite import DualWriterPool
+path, bootstrap, prefix = sys.argv[1:4]
+pool = DualWriterPool(lambda: sqlite3.connect(path, timeout=30, check_same_thread=False),
+                      {"bootstrap.servers": bootstrap, "transactional.id": prefix}, size=2, min_size=2)
+print(",".join(pool.transactional_ids))
+"""
+
+
+def test_a_process_that_exits_without_closing_its_pool_gives_its_ids_back(kafka, tmp_path):
+    """A gunicorn worker recycled by max_requests exits without the application closing its pool: the ids are
+    free at once, not after a lease (the pool closes itself at the interpreter's exit)."""
+    path, prefix = tmp_path / "app.db", f"exit-{uuid.uuid4().hex[:6]}"
+    run = subprocess.run([sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(path), kafka.bootstrap_servers, prefix],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == [f"{prefix}-0,{prefix}-1"]
+    rows = json.loads(fleet("--db", f"sqlite:{path}", "--prefix", prefix, "--json").stdout)
+    assert [row["status"] for row in rows] == ["free", "free"], rows

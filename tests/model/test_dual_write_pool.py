@@ -5,6 +5,7 @@ lease, one needing an operator benched, and a pool with no free writer says so."
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -361,3 +362,29 @@ def test_the_keeper_reports_leased_ids_open_transactions_and_settled_leases(tmp_
     assert sample("kafka2pc_dual_write_leases_taken_over_total", **prefix) == before + 1
     assert sample("kafka2pc_dual_write_expired_leases", **prefix) == 0
     pool.close()
+
+
+def test_a_forked_child_can_neither_use_nor_close_the_parents_pool(tmp_path):
+    """gunicorn --preload, multiprocessing: a pool made before a fork shares its connections with the child. The
+    child's transaction() is refused, and its exit (atexit closes pools) leaves the parent's leases alone."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: pconnect(path), size=1)
+    order(pool, 1)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        code = 3
+        try:
+            order(pool, 2)
+        except ConfigError as exc:
+            code = 0 if "before a fork" in str(exc) else 4
+        finally:
+            pool.close()  # what the child's atexit does at its exit (os._exit: not pytest's own handlers)
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM kafka2pc_dual_write_state WHERE lease_expires IS NOT NULL"
+                          ).fetchone()[0] == 1, "the child gave back the parent's lease"
+    order(pool, 3)
+    pool.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 3]

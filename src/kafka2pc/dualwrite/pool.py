@@ -10,6 +10,7 @@ request served by another lease; one whose id needs an operator is benched."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -110,6 +111,7 @@ class DualWriterPool:
             self.close()
             raise
         self._keeper.start()
+        atexit.register(self.close)  # a worker that exits (gunicorn's max_requests) gives its ids back at once
         log.info("dual-writer pool %r (%s): %d of up to %d writers, ids %s%s", self.prefix, self.holder,
                  len(self._writers), size, sorted(self._writers),
                  f"; {adopted} ids of an earlier release adopted" if adopted else "")
@@ -402,7 +404,11 @@ class DualWriterPool:
 
     def close(self) -> None:
         """Stop the keeper; settle, close and give back every idle writer now, each lent one when its
-        transaction ends."""
+        transaction ends. In a process forked after the pool was made it does nothing: the connections are the
+        parent's."""
+        if os.getpid() != self._pid:
+            return
+        atexit.unregister(self.close)
         with self._cv:
             self._closed = True
             idle, self._idle = self._idle, []
