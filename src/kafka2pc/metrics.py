@@ -47,6 +47,9 @@ DUAL_WRITE_OLDEST_OPEN_TRANSACTION = Gauge(
     "kafka2pc_dual_write_oldest_open_transaction_seconds",
     "Age of the oldest dual-write transaction a pool has open (in a block, or left unfinished until settled): "
     "a prepared one holds back read_committed consumers of its partitions", ["prefix"])
+DUAL_WRITE_KEEPER_ERRORS = Counter(
+    "kafka2pc_dual_write_keeper_errors", "Rounds of a pool's lease keeper that failed (the database or Kafka away)",
+    ["prefix"])
 DUAL_WRITE_LEASES_TAKEN_OVER = Counter(
     "kafka2pc_dual_write_leases_taken_over", "Expired leases of other processes a pool claimed and settled",
     ["prefix"])

@@ -200,13 +200,14 @@ def test_a_claim_never_takes_or_waits_for_a_row_a_transaction_holds(postgres_dsn
 
 def test_a_frozen_session_inside_a_transaction_is_ended_after_a_lease(postgres_dsn):
     """A process stopped inside its transaction (SIGSTOP, a GC pause, a partition) holds its row until PostgreSQL
-    ends the session, idle in the transaction for as long as a lease: then the id can be claimed."""
+    ends the session, idle in the transaction for as long as a lease (SET LOCAL by the statement that locks the
+    row): then the id can be claimed."""
     db = schema_database(postgres_dsn)[0]
     zombie, live = db.connect(), db.connect()
-    table = leases(zombie)
-    held = table.claim(token(), "zombie:1", 1.0, max_ids=None)
-    table.limit_idle_transactions(1.0)
-    StateTable(adapt(zombie), "kafka2pc_dual_write_state").begin_locked(held.transactional_id)
+    held = leases(zombie).claim(token(), "zombie:1", 1.0, max_ids=None)
+    state = StateTable(adapt(zombie), "kafka2pc_dual_write_state")
+    state.idle_limit_ms = 1000  # a leased writer's: the lease
+    state.begin_locked(held.transactional_id)
     time.sleep(2.5)
     taken = leases(live).claim(token(), "live:2", 30, max_ids=None, expired_only=True)
     assert taken is not None and taken.transactional_id == held.transactional_id

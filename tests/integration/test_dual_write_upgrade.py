@@ -1,8 +1,9 @@
 """A rolling deploy onto a state table made by the release before leases, on PostgreSQL and a real broker: a
 writer of that release keeps writing orders while the first pool of the new release adds the lease columns, and
-neither fails a transaction (the old release's advice was a prefix per process: its ids are not the new fleet's,
-whose <prefix>-<n> rows of a fixed-prefix pool are adopted as the release before would have recovered them). The writer that stands for the old release is a DualWriter that found the table
-without the lease columns: it runs that release's statements (its SELECT and UPDATE name their columns)."""
+neither fails a transaction. The old release's advice was a prefix per process, so its ids are not the new fleet's
+(rows <prefix>-<n> of a fixed-prefix pool are adopted and settled, as that release's next pool start would have
+recovered them). The writer that stands for the old release is a DualWriter that found the table without the lease
+columns: it runs that release's statements (its SELECT and UPDATE name their columns)."""
 
 from __future__ import annotations
 

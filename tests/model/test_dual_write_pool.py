@@ -359,7 +359,9 @@ def test_the_keeper_reports_leased_ids_open_transactions_and_settled_leases(tmp_
     expire(path, *dead.transactional_ids)
     before = sample("kafka2pc_dual_write_leases_taken_over_total", **prefix) or 0
     pool._keeper.tick()
+    assert sample("kafka2pc_dual_write_expired_leases", **prefix) == 1  # seen, then settled
     assert sample("kafka2pc_dual_write_leases_taken_over_total", **prefix) == before + 1
+    pool._keeper.tick()
     assert sample("kafka2pc_dual_write_expired_leases", **prefix) == 0
     pool.close()
 

@@ -34,7 +34,7 @@ MAY_IMPORT = {
     "spark": {"foundation", "facades", "sink", "spark"},
     "dualwrite": {"foundation", "facades", "sink", "dualwrite"},
     "audit": {"foundation", "facades", "audit"},
-    "cli": {"foundation", "facades", "sink", "spark", "audit", "cli"},
+    "cli": {"foundation", "facades", "sink", "spark", "audit", "dualwrite", "cli"},
     "testing": set(LAYERS) - {"api"},
     "api": {"foundation", "facades", "sink"},
 }

@@ -63,7 +63,9 @@ class DbapiConnection:
             # Python 3.12's autocommit=False keeps a transaction open at all times (PEP 249): an empty one is ours
             return bool(self._dbapi.in_transaction) and not self.implicit_transactions
         status = getattr(getattr(self._dbapi, "info", None), "transaction_status", None)
-        return status is not None and int(status) != 0  # psycopg: 0 is IDLE
+        # psycopg: ACTIVE, INTRANS, INERROR; not IDLE (0) nor UNKNOWN (4: the connection is lost, and the next
+        # statement raises the driver's own error for it)
+        return status is not None and int(status) in (1, 2, 3)
 
     @property
     def implicit_transactions(self) -> bool:

@@ -1,6 +1,9 @@
-"""The lease keeper: one daemon thread per DualWriterPool that renews its leases, settles what its idle writers
-left unfinished, gives back ids idle too long, and settles the expired leases of dead processes. What it does on a
-tick is decided by :func:`kafka2pc.dualwrite.upkeep.plan_upkeep`; here it is only carried out."""
+"""The lease keeper of a DualWriterPool: two daemon threads. The watcher works on the database alone (its own
+connection, made again when it breaks): it renews the pool's leases, looks for the fleet's expired ones and reports
+the metrics, so a broker that is slow or away never lets a healthy process's leases run out. The worker does what
+needs Kafka: it settles what idle writers left unfinished, gives back ids idle too long, and settles the expired
+leases of dead processes. What a round does is decided by :func:`kafka2pc.dualwrite.upkeep.plan_upkeep`; here it is
+only carried out."""
 
 from __future__ import annotations
 
@@ -12,27 +15,32 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kafka2pc import metrics
-from kafka2pc.dualwrite.upkeep import plan_upkeep
-from kafka2pc.errors import ProducerFencedError
+from kafka2pc.dualwrite.upkeep import Upkeep, plan_upkeep
+from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
 if TYPE_CHECKING:
+    from kafka2pc.dualwrite.leases import LeaseTable
     from kafka2pc.dualwrite.pool import DualWriterPool
 
 log = logging.getLogger(__name__)
 
-#: the longest a tick waits: an expired lease is seen within this of expiring (the lease length bounds it below)
+#: the longest a round waits: an expired lease is seen within this of expiring (the lease length bounds it below)
 MAX_TICK_S = 2.0
 
 
 class LeaseKeeper:
-    """Works on its own connection (``connection``; closed by stop()) and, to settle an id, on a writer's."""
+    """``connection`` is the watcher's (closed by stop(), replaced when it breaks); the worker settles an id on its
+    writer's connection."""
 
     def __init__(self, pool: DualWriterPool, connection: Any):
-        self._pool, self._connection = pool, connection
-        self._leases = pool.lease_table(connection)
+        self._pool = pool
+        self._connection: Any = connection
+        self._leases: LeaseTable = pool.lease_table(connection)
         self._stop = threading.Event()
-        self._ticking = threading.Lock()  # one tick at a time (a test may tick while the thread does)
-        self._thread: threading.Thread | None = None
+        self._work_due = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watching, self._working = threading.Lock(), threading.Lock()  # a test may run rounds by hand
+        self._plan = Upkeep()
         self.tick_s = min(pool.lease_s / 4, MAX_TICK_S)
         self._renewed_at = time.monotonic()
         self._labels = {"prefix": pool.prefix}
@@ -43,63 +51,126 @@ class LeaseKeeper:
         return self._leases.adopt()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"kafka2pc-lease-keeper-{self._pool.prefix}",
-                                        daemon=True)
-        self._thread.start()
+        for name, target in (("watcher", self._watch_loop), ("worker", self._work_loop)):
+            thread = threading.Thread(target=target, name=f"kafka2pc-lease-{name}-{self._pool.prefix}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
+        self.halt()
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=60)
         with contextlib.suppress(Exception):
             self._connection.close()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_s * random.uniform(0.8, 1.0)):
-            try:
-                self.tick()
-            except Exception as exc:  # the database away: the next tick tries again; leases run out meanwhile
-                log.warning("pool %r: lease keeper: %r", self._pool.prefix, exc)
-                with contextlib.suppress(Exception):
-                    self._leases.table.connection.rollback()
+    def halt(self) -> None:
+        """Stop the threads, keeping the connection (rounds can still be run by hand: tick())."""
+        self._stop.set()
+        self._work_due.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=10)  # daemon threads: one stuck on a broker does not hold the exit up longer
+        self._threads = []
+        self._stop.clear()
 
     def tick(self) -> None:
-        """One round of upkeep."""
-        with self._ticking:
-            self._tick()
+        """One round by hand: watch, then carry the plan out."""
+        self.watch()
+        self.work()
 
-    def _tick(self) -> None:
-        pool, now = self._pool, time.monotonic()
-        views, tokens, _ = pool.snapshot()
-        renew_due = now - self._renewed_at >= self._pool.lease_s / 3
-        expired = self._leases.expired()
-        plan = plan_upkeep(views, renew_due=renew_due, expired=len(expired), min_size=pool.min_size,
-                           idle_s=pool.idle_s)
-        if plan.renew:
-            self._renew({tid: tokens[tid] for tid in plan.renew if tid in tokens})
-            self._renewed_at = now
-        for transactional_id in plan.settle:
-            self._settle(transactional_id)
-        for transactional_id in plan.retire:
-            writer = pool.take_idle(transactional_id)
-            if writer is not None:
-                log.info("%r: idle for %g s: giving the id back", transactional_id, pool.idle_s)
-                pool.retire(writer)
-        reaped = 0
-        while reaped < plan.reap and not self._stop.is_set() and pool.reap_one():
-            reaped += 1
-        if reaped:
-            metrics.DUAL_WRITE_LEASES_TAKEN_OVER.labels(**self._labels).inc(reaped)
-        self._report(expired, reaped)
+    # -- the watcher: the database only ----------------------------------------------------------------------------
 
-    def _renew(self, leases: dict[str, str]) -> None:
-        renewed = self._leases.renew(leases, self._pool.lease_s)
-        for transactional_id in set(leases) - renewed:
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(self.tick_s * random.uniform(0.8, 1.0)):
+            try:
+                self.watch()
+            except Exception as exc:  # the database away: leases run out meanwhile, as they should
+                metrics.DUAL_WRITE_KEEPER_ERRORS.labels(**self._labels).inc()
+                log.warning("pool %r: lease keeper: %r", self._pool.prefix, exc)
+                self._reconnect()
+
+    def watch(self) -> None:
+        """Renew the leases when due, look for expired ones, plan the worker's round, report."""
+        with self._watching:
+            pool, now = self._pool, time.monotonic()
+            views, tokens, _ = pool.snapshot()
+            expired: list[tuple[str, float]] = []
+            try:
+                if now - self._renewed_at >= pool.lease_s / 3:
+                    self._renew(tokens)
+                    self._renewed_at = now
+                expired = self._leases.expired()
+                self._plan = plan_upkeep(views, expired=len(expired), min_size=pool.min_size, idle_s=pool.idle_s)
+                if self._plan != Upkeep():
+                    self._work_due.set()
+            finally:
+                self._report(expired)
+
+    def _renew(self, tokens: dict[str, str]) -> None:
+        renewed = self._leases.renew(tokens, self._pool.lease_s)
+        for transactional_id in set(tokens) - renewed:
             # PostgreSQL skips a row a transaction holds (that transaction renews it); otherwise it is not ours
-            if not self._leases.holds(transactional_id, leases[transactional_id]):
+            if not self._leases.holds(transactional_id, tokens[transactional_id]):
                 log.warning("%r: the lease was taken over by another process (this one was stopped or cut off "
                             "for longer than lease_s=%g s)", transactional_id, self._pool.lease_s)
                 self._pool.lose(transactional_id)
+
+    def _reconnect(self) -> None:
+        """After a failed round: the watcher's connection again, or a new one if it broke (a database restart, a
+        failover, an ended session)."""
+        try:
+            self._connection.rollback()
+            return
+        except Exception:
+            pass
+        with contextlib.suppress(Exception):
+            self._connection.close()
+        try:
+            self._connection = self._pool.connect_shareable()
+            self._leases = self._pool.lease_table(self._connection)
+            log.info("pool %r: lease keeper reconnected to the database", self._pool.prefix)
+        except Exception as exc:
+            log.warning("pool %r: lease keeper cannot reconnect yet: %r", self._pool.prefix, exc)
+
+    def _report(self, expired: list[tuple[str, float]]) -> None:
+        views, _, opened = self._pool.snapshot()
+        now = time.monotonic()
+        metrics.DUAL_WRITE_LEASED_IDS.labels(**self._labels).set(len(views))
+        metrics.DUAL_WRITE_EXPIRED_LEASES.labels(**self._labels).set(len(expired))
+        metrics.DUAL_WRITE_OLDEST_EXPIRED_LEASE.labels(**self._labels).set(expired[0][1] if expired else 0)
+        metrics.DUAL_WRITE_OLDEST_OPEN_TRANSACTION.labels(**self._labels).set(
+            max((now - t for t in opened), default=0.0))
+
+    # -- the worker: what needs Kafka ------------------------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            self._work_due.wait(self.tick_s)
+            self._work_due.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.work()
+            except Exception as exc:
+                metrics.DUAL_WRITE_KEEPER_ERRORS.labels(**self._labels).inc()
+                log.warning("pool %r: lease keeper: %r", self._pool.prefix, exc)
+
+    def work(self) -> None:
+        """Carry out the last plan the watcher made."""
+        with self._working:
+            plan, self._plan = self._plan, Upkeep()
+            pool = self._pool
+            for transactional_id in plan.settle:
+                self._settle(transactional_id)
+            for transactional_id in plan.retire:
+                writer = pool.take_idle(transactional_id)
+                if writer is not None:
+                    log.info("%r: idle for %g s: giving the id back", transactional_id, pool.idle_s)
+                    pool.retire(writer)
+            reaped = 0
+            while reaped < plan.reap and not self._stop.is_set() and pool.reap_one():
+                reaped += 1
+            if reaped:
+                metrics.DUAL_WRITE_LEASES_TAKEN_OVER.labels(**self._labels).inc(reaped)
 
     def _settle(self, transactional_id: str) -> None:
         writer = self._pool.take_idle(transactional_id)
@@ -111,17 +182,21 @@ class LeaseKeeper:
         except ProducerFencedError:
             self._pool.lose_writer(writer)
             return
+        except DualWriteRecoveryError as exc:
+            self._pool.bench(writer, exc)
+            return
         except Exception as exc:
-            log.debug("%r: could not settle yet: %r", transactional_id, exc)
+            log.warning("%r: could not settle its unfinished transaction yet (%r); retried next round",
+                        transactional_id, exc)
+            writer = self._pool.replace_if_broken(writer, exc)
+            self._renew_after_failure(writer)
         self._pool.give_back(writer)
 
-    def _report(self, expired: list[tuple[str, float]], reaped: int) -> None:
-        pool = self._pool
-        now = time.monotonic()
-        views, _, opened = pool.snapshot()
-        held = len(views)
-        metrics.DUAL_WRITE_LEASED_IDS.labels(**self._labels).set(held)
-        metrics.DUAL_WRITE_EXPIRED_LEASES.labels(**self._labels).set(max(0, len(expired) - reaped))
-        metrics.DUAL_WRITE_OLDEST_EXPIRED_LEASE.labels(**self._labels).set(expired[0][1] if expired[reaped:] else 0)
-        metrics.DUAL_WRITE_OLDEST_OPEN_TRANSACTION.labels(**self._labels).set(max((now - t for t in opened),
-                                                                                  default=0.0))
+    def _renew_after_failure(self, writer: Any) -> None:
+        """A settle that failed held the row (the watcher's renewal skipped it) without writing it: renew the lease
+        now, on the writer's connection, so the id does not pass to another process that could do no better."""
+        token = writer.lease_token
+        if token is None:
+            return
+        with contextlib.suppress(Exception):
+            self._pool.lease_table(writer.connection).renew({writer.transactional_id: token}, self._pool.lease_s)

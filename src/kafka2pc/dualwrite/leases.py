@@ -63,8 +63,8 @@ class FleetRow:
 class LeaseTable:
     """The lease statements, on one connection (a StateTable's), each in a transaction of its own."""
 
-    def __init__(self, table: StateTable, prefix: str):
-        self.table, self.prefix = table, prefix
+    def __init__(self, table: StateTable, prefix: str, *, lease_s: float = 15.0):
+        self.table, self.prefix, self.lease_s = table, prefix, lease_s
         self._db = table.connection
         # the ids of a fleet are a primary-key range: '<prefix>-' <= id < '<prefix>.' ('.' follows '-')
         self._range = (f"{prefix}-", f"{prefix}.")
@@ -78,6 +78,8 @@ class LeaseTable:
             cursor = self._db.cursor()
             if write and self.table.sqlite and not self._db.implicit_transactions:
                 cursor.execute("BEGIN IMMEDIATE")  # the write lock before the first read, as StateTable's
+            if write:  # rows this transaction locks are freed if its process freezes before the commit
+                self.table.limit_idle(cursor, int(self.lease_s * 1000))
             yield cursor
             self._db.commit()
         except BaseException:
@@ -88,26 +90,10 @@ class LeaseTable:
     def _in_fleet(self, extra: str = "") -> str:
         return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND fleet = ?{extra}")
 
-    def limit_idle_transactions(self, lease_s: float) -> None:
-        """PostgreSQL: end this session's transaction when it stays idle (its client frozen or cut off) for as long
-        as a lease lasts, so the row locks it holds (a zombie's) free the id for a claim. SQLite has no such limit:
-        a process stopped inside its transaction holds the database's write lock until it goes on or dies."""
-        if self.table.sqlite:
-            return
-        self._db.begin()
-        try:
-            self._db.cursor().execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                                      (str(max(1000, int(lease_s * 1000))),))
-            self._db.commit()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._db.rollback()
-            raise
-
     def adopt(self) -> int:
         """Make ids named ``<prefix>-<n>`` that no pool leased yet (rows of a release before leases, or of a pool
-        with a fixed prefix) members of the fleet, free to claim: their state is recovered by whoever claims them.
-        Returns how many."""
+        with a fixed prefix) members of the fleet, as expired leases: a live pool's keeper settles each (what a
+        pool's start did before leases) and frees it. Returns how many."""
         table = self.table.table
         with self._transaction(write=True) as cursor:
             cursor.execute(self.table.sql(f"SELECT transactional_id FROM {table} WHERE transactional_id >= ? AND "
@@ -115,9 +101,14 @@ class LeaseTable:
             names = [(row[0], self._name.fullmatch(row[0])) for row in cursor.fetchall()]
             adopted = [(name, int(match[1])) for name, match in names if match]
             for name, index in adopted:
-                cursor.execute(self.table.sql(f"UPDATE {table} SET fleet = ?, fleet_index = ? WHERE "
-                                               "transactional_id = ? AND fleet IS NULL"), (self.prefix, index, name))
+                self._adopt_row(cursor, name, index)
         return len(adopted)
+
+    def _adopt_row(self, cursor: Any, transactional_id: str, index: int) -> bool:
+        cursor.execute(self.table.sql(f"UPDATE {self.table.table} SET fleet = ?, fleet_index = ?, lease_expires = 1 "
+                                      "WHERE transactional_id = ? AND fleet IS NULL"),
+                       (self.prefix, index, transactional_id))
+        return bool(cursor.rowcount == 1)
 
     def claim(self, token: str, holder: str, lease_s: float, *, max_ids: int | None,
               expired_only: bool = False) -> Lease | None:
@@ -163,6 +154,9 @@ class LeaseTable:
                            (f"{self.prefix}-{index}", self.prefix, index))
             if cursor.rowcount == 1:
                 return Lease(f"{self.prefix}-{index}", index, token)
+            # a concurrent claim inserted it, or a row of that name outside the fleet (a writer of an earlier
+            # release, an operator's recover) has it: adopted, to be settled, and the next number tried
+            self._adopt_row(cursor, f"{self.prefix}-{index}", index)
         raise PoolTimeoutError(f"fleet {self.prefix!r}: {_INSERT_ATTEMPTS} concurrent claims inserted the next id "
                                "first, every time; retry")
 

@@ -85,9 +85,7 @@ class DualWriterPool:
         self.benched: dict[str, Exception] = {}
         self._unsettled: set[str] = set()
         self._closed = False
-        keeper_connection = self._connect()
-        check_shareable(keeper_connection)
-        self._keeper = LeaseKeeper(self, keeper_connection)
+        self._keeper = LeaseKeeper(self, self.connect_shareable())
         try:
             adopted = self._keeper.start_up()
             for _ in range(min_size + 2 * size):  # each failed round benches an id that needs an operator
@@ -242,13 +240,10 @@ class DualWriterPool:
     def _grow(self, *, expired_only: bool = False) -> DualWriter | None:
         """A writer on a newly leased id, on a new connection (its first transaction() recovers the id); None when
         the fleet has nothing to lease."""
-        connection = self._connect()
+        connection = self.connect_shareable()
         try:
-            check_shareable(connection)
-            leases = self.lease_table(connection)
-            leases.limit_idle_transactions(self.lease_s)
-            lease = leases.claim(uuid.uuid4().hex, self.holder, self.lease_s, max_ids=self.max_ids,
-                                 expired_only=expired_only)
+            lease = self.lease_table(connection).claim(uuid.uuid4().hex, self.holder, self.lease_s,
+                                                       max_ids=self.max_ids, expired_only=expired_only)
             if lease is None:
                 _close_connection(connection)
                 return None
@@ -267,7 +262,7 @@ class DualWriterPool:
     def lease_table(self, connection: Any) -> LeaseTable:
         """The lease statements on ``connection``."""
         table = StateTable(adapt(connection), self._options["state_table"], create=self._options["create_state_table"])
-        return LeaseTable(table, self.prefix)
+        return LeaseTable(table, self.prefix, lease_s=self.lease_s)
 
     def _new_writer(self, connection: Any, lease: Lease) -> DualWriter:
         transport = self._transport_for(lease.transactional_id) if self._transport_for is not None else None
@@ -290,6 +285,24 @@ class DualWriterPool:
         else:
             log.warning("%r: fenced (%s); the pool leases another id", transactional_id, exc)
         self._close_writer(writer)
+
+    def connect_shareable(self) -> Any:
+        """A new connection, checked for use by many threads."""
+        connection = self._connect()
+        try:
+            check_shareable(connection)
+        except BaseException:
+            _close_connection(connection)
+            raise
+        return connection
+
+    def bench(self, writer: DualWriter, exc: DualWriteRecoveryError) -> None:
+        """For the keeper: the writer's id needs an operator."""
+        self._drop(writer, exc)
+
+    def replace_if_broken(self, writer: DualWriter, exc: BaseException) -> DualWriter:
+        """For the keeper: a writer on a new connection (same lease) if ``exc`` came with its connection failing."""
+        return self._replace(writer) if _connection_broken(writer, exc) else writer
 
     def lose(self, transactional_id: str) -> None:
         """For the keeper: an idle writer's lease is no longer ours."""
@@ -332,7 +345,6 @@ class DualWriterPool:
         try:
             connection = self._connect()
             try:
-                self.lease_table(connection).limit_idle_transactions(self.lease_s)
                 successor = self._new_writer(connection, lease)
             except BaseException:
                 _close_connection(connection)

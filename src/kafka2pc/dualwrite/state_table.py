@@ -103,6 +103,10 @@ class StateTable:
             raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
         self.connection = connection
         self.table = table
+        #: PostgreSQL: each transaction that holds the row ends itself when its client leaves it idle this long
+        #: (a frozen or cut-off process: its row lock frees the id for a claim); None: no limit (SET LOCAL, so it
+        #: holds on a reconnected session too and never outlives the transaction)
+        self.idle_limit_ms: int | None = None
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
         self._table_checked = False
@@ -197,7 +201,7 @@ class StateTable:
         finally:
             self.connection.rollback()
 
-    def begin_locked(self, transactional_id: str) -> StoredState:
+    def begin_locked(self, transactional_id: str, *, idle_limit_ms: int | None = None) -> StoredState:
         """Start a DB transaction holding the id's row (created if missing) until commit or rollback: writers with
         the same id serialise here; the row's state is read under the lock. If taking the lock fails (a lock or
         statement timeout, a serialization failure), what it began is rolled back and the database's error raised:
@@ -217,10 +221,11 @@ class StateTable:
                 cursor.execute("BEGIN IMMEDIATE")
             if insert_first:
                 self._insert_row(cursor, transactional_id)
-            row = self._select_locked(cursor, transactional_id)
+            limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
+            row = self._select_locked(cursor, transactional_id, limit)
             if row is None:  # a new id: one more round trip, once
                 self._insert_row(cursor, transactional_id)
-                row = self._select_locked(cursor, transactional_id)
+                row = self._select_locked(cursor, transactional_id, limit)
             return _stored(row)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -231,11 +236,23 @@ class StateTable:
         cursor.execute(self.sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
                                  "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
 
-    def _select_locked(self, cursor: Any, transactional_id: str) -> Any:
-        lock = "" if self.sqlite else " FOR UPDATE"
-        cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
-                       (transactional_id,))
-        return cursor.fetchone()
+    def _select_locked(self, cursor: Any, transactional_id: str, idle_limit_ms: int | None) -> Any:
+        if self.sqlite or idle_limit_ms is None:
+            lock = "" if self.sqlite else " FOR UPDATE"
+            cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
+                           (transactional_id,))
+            return cursor.fetchone()
+        # the transaction's idle limit set by the same statement that locks the row: no round trip more
+        cursor.execute(self.sql(f"SELECT {self._columns}, set_config('idle_in_transaction_session_timeout', ?, true) "
+                                f"FROM {self.table} WHERE transactional_id = ? FOR UPDATE"),
+                       (str(idle_limit_ms), transactional_id))
+        row = cursor.fetchone()
+        return None if row is None else row[:-1]
+
+    def limit_idle(self, cursor: Any, idle_limit_ms: int) -> None:
+        """PostgreSQL: end the current transaction if its client leaves it idle for ``idle_limit_ms``."""
+        if not self.sqlite:
+            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(idle_limit_ms)}")
 
     def mark_block(self) -> None:
         """Take the savepoint that tells whether the application ended the transaction inside the block."""

@@ -18,11 +18,11 @@ class WriterView:
 
 @attrs.frozen
 class Upkeep:
-    """The tick's work, in order: ``renew`` these leases; ``settle`` these idle, unfinished writers (so a prepared
-    transaction does not wait for the next request to be completed); ``retire`` these idle writers (close them and
-    give their ids back); ``reap`` up to this many expired leases of dead processes (claim, recover, give back)."""
+    """The worker's round, in order: ``settle`` these idle, unfinished writers (so a prepared transaction does not
+    wait for the next request to be completed); ``retire`` these idle writers (close them and give their ids back);
+    ``reap`` up to this many expired leases of dead processes (claim, recover, give back). Renewing is the
+    watcher's, on the database alone, every third of a lease."""
 
-    renew: tuple[str, ...] = ()
     settle: tuple[str, ...] = ()
     retire: tuple[str, ...] = ()
     reap: int = 0
@@ -33,14 +33,12 @@ class Upkeep:
 REAP_PER_TICK = 8
 
 
-def plan_upkeep(writers: list[WriterView], *, renew_due: bool, expired: int, min_size: int,
-                idle_s: float) -> Upkeep:
-    """``renew_due``: a third of the lease has passed since the last renewal; ``expired``: the fleet's expired
-    leases seen now. Retires the writers idle longest first, beyond ``min_size``, never an unfinished one."""
-    renew = tuple(w.transactional_id for w in writers) if renew_due else ()
+def plan_upkeep(writers: list[WriterView], *, expired: int, min_size: int, idle_s: float) -> Upkeep:
+    """``expired``: the fleet's expired leases seen now. Retires the writers idle longest first, beyond
+    ``min_size``, never an unfinished one."""
     settle = tuple(w.transactional_id for w in writers if w.idle_s is not None and w.unfinished)
     idle = sorted((w for w in writers if w.idle_s is not None and not w.unfinished and w.idle_s >= idle_s),
                   key=lambda w: -(w.idle_s or 0.0))
     room = max(0, len(writers) - min_size)
     retire = tuple(w.transactional_id for w in idle[:room])
-    return Upkeep(renew=renew, settle=settle, retire=retire, reap=min(expired, REAP_PER_TICK))
+    return Upkeep(settle=settle, retire=retire, reap=min(expired, REAP_PER_TICK))

@@ -89,6 +89,12 @@ class DualWriter:
         self._owner = lease.token if lease is not None else uuid.uuid4().hex
         #: (its token, its length in seconds) for a pool's writer: every write of the row renews it, conditionally
         self._lease = (lease.token, lease_s) if lease is not None else None
+        #: a leased writer's transactions end themselves when left idle in the database for a lease (a frozen
+        #: process: its row frees for a claim); a recovery's waits on Kafka (up to max.block.ms) get that long more
+        self._recovery_idle_limit_ms: int | None = None
+        if lease is not None:
+            self._table.idle_limit_ms = int(lease_s * 1000)
+            self._recovery_idle_limit_ms = max(int(lease_s * 1000), producer_config.max_block_ms + 5000)
         #: True until a recovery has settled the id, and again from a database commit until Kafka's completion
         self._needs_recovery = True
         #: True once a recovery made this writer the id's owner: from then on another owner means it is fenced
@@ -144,7 +150,7 @@ class DualWriter:
         table, control = self._table, self._control()
         self._producer.close()  # in whatever state: a prepared transaction stays open for the decision below
         self._producer = self._new_producer()
-        stored = table.begin_locked(self.transactional_id)
+        stored = table.begin_locked(self.transactional_id, idle_limit_ms=self._recovery_idle_limit_ms)
         try:
             if self._lease is not None and stored.lease_owner != self._owner:
                 raise ProducerFencedError(f"{self.transactional_id!r}: this process's lease on the id was taken over "

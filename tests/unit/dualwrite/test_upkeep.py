@@ -12,14 +12,12 @@ from kafka2pc.dualwrite.upkeep import REAP_PER_TICK, Upkeep, WriterView, plan_up
 STATES = [(None, False), (None, True), (1.0, False), (1.0, True), (120.0, False), (120.0, True)]
 
 
-@pytest.mark.parametrize("renew_due", [False, True])
 @pytest.mark.parametrize("min_size", [0, 1, 2, 3])
-def test_every_combination_of_three_writers(renew_due, min_size):
+def test_every_combination_of_three_writers(min_size):
     for states in itertools.product(STATES, repeat=3):
         writers = [WriterView(f"w-{n}", idle, unfinished) for n, (idle, unfinished) in enumerate(states)]
-        plan = plan_upkeep(writers, renew_due=renew_due, expired=3, min_size=min_size, idle_s=60)
+        plan = plan_upkeep(writers, expired=3, min_size=min_size, idle_s=60)
         ids = [w.transactional_id for w in writers]
-        assert plan.renew == (tuple(ids) if renew_due else ())  # lent ones too: PostgreSQL skips held rows
         assert set(plan.settle) == {w.transactional_id for w in writers if w.idle_s is not None and w.unfinished}
         for name in plan.retire:  # only idle long enough and finished: a retired writer gives its id back
             writer = writers[ids.index(name)]
@@ -33,6 +31,6 @@ def test_every_combination_of_three_writers(renew_due, min_size):
 
 def test_the_longest_idle_writers_are_retired_first_and_reaping_is_bounded_per_tick():
     writers = [WriterView("a", 70.0, False), WriterView("b", 300.0, False), WriterView("c", 90.0, False)]
-    plan = plan_upkeep(writers, renew_due=False, expired=100, min_size=1, idle_s=60)
+    plan = plan_upkeep(writers, expired=100, min_size=1, idle_s=60)
     assert plan == Upkeep(retire=("b", "c"), reap=REAP_PER_TICK)
-    assert plan_upkeep([], renew_due=True, expired=0, min_size=0, idle_s=60) == Upkeep()
+    assert plan_upkeep([], expired=0, min_size=0, idle_s=60) == Upkeep()
