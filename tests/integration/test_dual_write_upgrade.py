@@ -51,8 +51,10 @@ def test_the_lease_columns_are_added_while_a_writer_of_the_old_release_writes(po
     thread = threading.Thread(target=write_as_the_old_release)
     thread.start()
     try:
-        time.sleep(1.0)
-        assert written and not old._table.leasing
+        deadline = time.monotonic() + 60
+        while len(written) < 3 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.1)
+        assert written and not old._table.leasing, failures
         before = len(written)
         pool = DualWriterPool(db.connect, {"bootstrap.servers": bootstrap, "transactional.id": prefix}, size=2)
         for order in range(1, 21):
