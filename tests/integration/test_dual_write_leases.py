@@ -215,3 +215,18 @@ def test_a_frozen_session_inside_a_transaction_is_ended_after_a_lease(postgres_d
         zombie.cursor().execute("SELECT 1")  # its session was ended: nothing it held can commit
     assert zombie.closed
     live.close()
+
+
+def test_a_renewal_planned_before_a_release_does_not_bring_the_lease_back(db):
+    """The keeper's watcher renews from a snapshot of the pool's leases while its worker retires a writer and gives
+    its id back: a renewal landing after the release must leave the id free (found by the fleet kill test: a row
+    'leased' with no holder after every process had exited)."""
+    connection = db.connect()
+    table = leases(connection)
+    lease = table.claim(token(), "a:1", 30, max_ids=None)
+    planned = {lease.transactional_id: lease.token}
+    assert table.release(lease.transactional_id, lease.token)
+    assert table.renew(planned, 30) == set()
+    [row] = table.rows()
+    assert row.status == "free" and row.holder is None, row
+    connection.close()

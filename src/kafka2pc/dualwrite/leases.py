@@ -166,7 +166,8 @@ class LeaseTable:
         if not leases:
             return set()
         table, now = self.table.table, self.table.now
-        pairs = " OR ".join(["(transactional_id = ? AND lease_owner = ?)"] * len(leases))
+        # never a lease given back meanwhile (its writer retired while this renewal was planned)
+        pairs = " OR ".join(["(transactional_id = ? AND lease_owner = ? AND lease_expires IS NOT NULL)"] * len(leases))
         values = [value for pair in leases.items() for value in pair]
         where = f"({pairs})"
         if not self.table.sqlite:
@@ -187,8 +188,9 @@ class LeaseTable:
     def release(self, transactional_id: str, token: str) -> bool:
         """Give the id back to the fleet (free for the next claim) if ``token`` still holds it."""
         with self._transaction(write=True) as cursor:
-            cursor.execute(self.table.sql(f"UPDATE {self.table.table} SET lease_expires = NULL, holder = NULL "
-                                           "WHERE transactional_id = ? AND lease_owner = ?"), (transactional_id, token))
+            cursor.execute(self.table.sql(f"UPDATE {self.table.table} SET lease_owner = NULL, lease_expires = NULL, "
+                                           "holder = NULL WHERE transactional_id = ? AND lease_owner = ?"),
+                           (transactional_id, token))
             return bool(cursor.rowcount == 1)
 
     def set_problem(self, transactional_id: str, token: str, problem: str | None) -> None:
