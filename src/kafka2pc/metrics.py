@@ -33,20 +33,23 @@ PRODUCER_CACHE_LOOKUPS = Counter(
     "kafka2pc_producer_cache_lookups",
     "Tasks looking for a cached producer of their transactional id: continued (no InitProducerId), superseded "
     "(the id moved on: a new producer took it over), absent", ["result"])
+# the multiprocess modes (prometheus_client's multiprocess collector: gunicorn and Celery workers) count only live
+# processes, so a dead worker's last value never keeps an alert firing
 DUAL_WRITE_LEASED_IDS = Gauge(
-    "kafka2pc_dual_write_leased_ids", "Transactional ids a DualWriterPool holds leases on", ["prefix"])
+    "kafka2pc_dual_write_leased_ids", "Transactional ids a DualWriterPool holds leases on", ["prefix"],
+    multiprocess_mode="livesum")
 DUAL_WRITE_EXPIRED_LEASES = Gauge(
     "kafka2pc_dual_write_expired_leases",
     "Expired leases of the fleet waiting for a live pool to settle them, as a pool's keeper last saw them",
-    ["prefix"])
+    ["prefix"], multiprocess_mode="livemax")
 DUAL_WRITE_OLDEST_EXPIRED_LEASE = Gauge(
     "kafka2pc_dual_write_oldest_expired_lease_seconds",
     "How long the fleet's oldest expired lease has waited to be settled (0: none), as a pool's keeper last saw it",
-    ["prefix"])
+    ["prefix"], multiprocess_mode="livemax")
 DUAL_WRITE_OLDEST_OPEN_TRANSACTION = Gauge(
     "kafka2pc_dual_write_oldest_open_transaction_seconds",
     "Age of the oldest dual-write transaction a pool has open (in a block, or left unfinished until settled): "
-    "a prepared one holds back read_committed consumers of its partitions", ["prefix"])
+    "a prepared one holds back read_committed consumers of its partitions", ["prefix"], multiprocess_mode="livemax")
 DUAL_WRITE_KEEPER_ERRORS = Counter(
     "kafka2pc_dual_write_keeper_errors", "Rounds of a pool's lease keeper that failed (the database or Kafka away)",
     ["prefix"])

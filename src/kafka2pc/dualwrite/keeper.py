@@ -44,6 +44,7 @@ class LeaseKeeper:
         self.tick_s = min(pool.lease_s / 4, MAX_TICK_S)
         self._renewed_at = time.monotonic()
         self._labels = {"prefix": pool.prefix}
+        self._said_lost: set[str] = set()  # ids whose loss was logged (once each, not every round of a partition)
 
     def start_up(self) -> int:
         """Before the pool's first claim: the lease columns, and the fleet's adoption of ids made before them."""
@@ -107,11 +108,14 @@ class LeaseKeeper:
 
     def _renew(self, tokens: dict[str, str]) -> None:
         renewed = self._leases.renew(tokens, self._pool.lease_s)
+        self._said_lost &= set(tokens)
         for transactional_id in set(tokens) - renewed:
             # PostgreSQL skips a row a transaction holds (that transaction renews it); otherwise it is not ours
             if not self._leases.holds(transactional_id, tokens[transactional_id]):
-                log.warning("%r: the lease was taken over by another process (this one was stopped or cut off "
-                            "for longer than lease_s=%g s)", transactional_id, self._pool.lease_s)
+                if transactional_id not in self._said_lost:
+                    self._said_lost.add(transactional_id)
+                    log.warning("%r: the lease was taken over by another process (this one was stopped or cut off "
+                                "for longer than lease_s=%g s)", transactional_id, self._pool.lease_s)
                 self._pool.lose(transactional_id)
 
     def _reconnect(self) -> None:

@@ -105,8 +105,9 @@ class LeaseTable:
         return len(adopted)
 
     def _adopt_row(self, cursor: Any, transactional_id: str, index: int) -> bool:
-        cursor.execute(self.table.sql(f"UPDATE {self.table.table} SET fleet = ?, fleet_index = ?, lease_expires = 1 "
-                                      "WHERE transactional_id = ? AND fleet IS NULL"),
+        # expired as of now (its age in the metrics starts at the adoption, not in 1970)
+        cursor.execute(self.table.sql(f"UPDATE {self.table.table} SET fleet = ?, fleet_index = ?, "
+                                      f"lease_expires = {self.table.now} WHERE transactional_id = ? AND fleet IS NULL"),
                        (self.prefix, index, transactional_id))
         return bool(cursor.rowcount == 1)
 
