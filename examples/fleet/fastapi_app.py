@@ -134,6 +134,8 @@ def create_order(order: Order, response: Response) -> dict[str, object]:  # def:
                             headers={"Retry-After": "2"}) from None
     except PoolTimeoutError:
         raise HTTPException(503, {**answer, "status": "busy"}, headers={"Retry-After": "1"}) from None
+    except psycopg.errors.IdleInTransactionSessionTimeout:  # the block idled past lease_s: both rolled back
+        raise HTTPException(503, {**answer, "status": "too slow"}, headers={"Retry-After": "1"}) from None
     return {**answer, "status": "created"}
 
 

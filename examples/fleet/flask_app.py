@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 
+import psycopg
 import sqlalchemy as sa
 from flask import Flask, jsonify, request
 
@@ -147,6 +148,8 @@ def create_order():  # type: ignore[no-untyped-def]
         return reply("unknown; retry with the same id", 503, retry_after=2)  # a retry gets 201 or 409
     except PoolTimeoutError:
         return reply("busy", 503, retry_after=1)
+    except psycopg.errors.IdleInTransactionSessionTimeout:  # the block idled past lease_s: both rolled back
+        return reply("too slow; retry", 503, retry_after=1)
     return reply("created", 201)
 
 

@@ -55,7 +55,8 @@ def test_the_fleet_view_and_settling_a_dead_processes_lease(kafka, topic_factory
     assert sorted(rows) == pool.transactional_ids
     assert all(row["status"] == "leased" and row["holder"] == f"{socket.gethostname()}:{os.getpid()}"
                for row in rows.values())
-    assert rows[dead]["last_transaction"].endswith("decided by the database")
+    assert rows[dead]["last_transaction"].endswith("committed by the database")
+    assert isinstance(rows[dead]["heartbeat_age_s"], float) and rows[dead]["problem"] is None
     assert rows[dead]["kafka"].startswith("Ongoing for ")
     assert kafka_keys(bootstrap, topic) == [1]  # order 2 is held back
     with sqlite3.connect(path) as db:  # the dead process's lease runs out

@@ -64,17 +64,24 @@ def run_fleet(args: argparse.Namespace) -> int:
     if args.bootstrap:
         _add_kafka_view(args, rows)
     columns = (*_COLUMNS, "kafka") if args.bootstrap else _COLUMNS
-    print(json.dumps(rows, indent=2, sort_keys=True) if args.json else text_table(rows, columns))
+    print(json.dumps(rows, indent=2, sort_keys=True) if args.json else text_table([_shown(r) for r in rows], columns))
     return 0
 
 
 def _row(found: FleetRow) -> dict[str, Any]:
-    last = "none" if found.prepared_state is None else \
-        f"{found.prepared_state} {'completed' if found.completed else 'decided by the database'}"
-    return {"transactional_id": found.transactional_id, "status": found.status, "holder": found.holder or "-",
-            "heartbeat_age_s": "-" if found.heartbeat_age_s is None else f"{found.heartbeat_age_s:.1f}",
-            "lease_left_s": "-" if found.lease_left_s is None else f"{found.lease_left_s:.1f}",
+    """One id, with JSON's types (numbers, null)."""
+    last = None if found.prepared_state is None else \
+        f"{found.prepared_state} {'completed' if found.completed else 'committed by the database'}"
+    return {"transactional_id": found.transactional_id, "status": found.status, "holder": found.holder,
+            "heartbeat_age_s": found.heartbeat_age_s, "lease_left_s": found.lease_left_s,
             "last_transaction": last, "problem": found.problem}
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """The row as the table prints it."""
+    def text(value: Any) -> str:
+        return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+    return {key: text(value) for key, value in row.items()}
 
 
 def _settle(args: argparse.Namespace, connection: Any) -> int:

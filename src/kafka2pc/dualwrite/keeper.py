@@ -45,6 +45,8 @@ class LeaseKeeper:
         self._renewed_at = time.monotonic()
         self._labels = {"prefix": pool.prefix}
         self._said_lost: set[str] = set()  # ids whose loss was logged (once each, not every round of a partition)
+        for counter in (metrics.DUAL_WRITE_LEASES_TAKEN_OVER, metrics.DUAL_WRITE_KEEPER_ERRORS):
+            counter.labels(**self._labels).inc(0)  # a series from the first scrape, for rate()
 
     def start_up(self) -> int:
         """Before the pool's first claim: the lease columns, and the fleet's adoption of ids made before them."""
@@ -114,8 +116,9 @@ class LeaseKeeper:
             if not self._leases.holds(transactional_id, tokens[transactional_id]):
                 if transactional_id not in self._said_lost:
                     self._said_lost.add(transactional_id)
-                    log.warning("%r: the lease was taken over by another process (this one was stopped or cut off "
-                                "for longer than lease_s=%g s)", transactional_id, self._pool.lease_s)
+                    log.warning("%r: the lease was taken over by another process: this one was stopped or cut off, "
+                                "or a transaction() block held its row for longer than lease_s=%g s (PostgreSQL "
+                                "then ends the block's transaction)", transactional_id, self._pool.lease_s)
                 self._pool.lose(transactional_id)
 
     def _reconnect(self) -> None:
