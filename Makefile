@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars s3a-jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-recovery chaos clean
+.PHONY: setup jars s3a-jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -53,9 +53,16 @@ bench: jars
 bench-spark: jars
 	$(PY) benchmarks/spark_sink.py $(BENCH_ARGS)
 
-# Dual write against a DB-only transaction and the outbox pattern's write side, on SQLite and PostgreSQL.
+# Dual write against a DB-only transaction and the outbox pattern's write side, on SQLite and PostgreSQL; then a
+# leasing fleet on PostgreSQL (1 and 4 processes x DualWriterPool(4)) and leasing's cost against the pool before it
+# (commit 4018cfd, extracted by git archive). BENCH_ARGS="--sections fleet" runs only the fleet.
 bench-dual-write: jars postgres
-	$(PY) benchmarks/dual_write.py
+	$(PY) benchmarks/dual_write.py $(BENCH_ARGS)
+
+# 1000 simulated DualWriterPools (leases only, no Kafka) on one PostgreSQL server: lease operations/s, query latency,
+# the server's CPU, and how fast live pools take over the ids of 100 that die midway (about 90 s).
+bench-fleet-sim: setup postgres
+	$(PY) benchmarks/lease_simulation.py $(BENCH_ARGS)
 
 # Sink recovery time after crashed restarts, and transactional ids held with POOLING vs INCREMENTING.
 bench-recovery: jars

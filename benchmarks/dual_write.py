@@ -12,8 +12,24 @@ server the harness starts, or --postgres DSN), at 1, 2, 4 and 8 concurrent write
 Each figure: ``--transactions`` spread over the threads, timed from a barrier to the last thread's end, best of
 ``--rounds`` after a warm-up round; p50/p99 over every transaction of the counted rounds.
 
+Then a fleet on PostgreSQL (the pools lease their ids ``<prefix>-<n>`` from the state table; every process has the
+same configuration): every process a subprocess with its own DualWriterPool(size=4) and 4 threads, started once and
+run in bursts (``--fleet-transactions`` per thread; a burst's rate: its transactions over the first process's start
+to the last one's end), after a warm-up burst, ``--fleet-rounds`` rounds of one burst per arm:
+
+- 1 process x 4 threads, leasing (this checkout's kafka2pc, or ``--after-src``);
+- the same with the pool before leasing (commit ``--before-commit``, 4018cfd: fixed ids ``<prefix>-0..3``; its
+  ``src`` extracted with ``git archive``, or ``--before-src``), alternated with the one above (ABBA), and the median
+  of the rounds' ratios: what leasing costs per transaction;
+- 4 processes x 4 threads (16 in all), one prefix.
+
+tx/s: the median burst, and the slowest and fastest; p50/p99 over every transaction; client CPU ms per transaction
+(the worker processes' user + system time during the bursts, median burst).
+
     python benchmarks/dual_write.py [--bootstrap HOST:PORT] [--postgres DSN] [--transactions 400] [--rounds 2]
-                                    [--writers 1,2,4,8]
+                                    [--writers 1,2,4,8] [--sections sqlite,postgres,fleet] [--fleet-rounds 20]
+                                    [--fleet-transactions 100] [--fleet-warmup 25] [--before-src PATH]
+                                    [--after-src PATH] [--before-commit 4018cfd]
 """
 
 from __future__ import annotations
@@ -23,8 +39,13 @@ import contextlib
 import itertools
 import json
 import logging
+import os
+import queue
 import sqlite3
 import statistics
+import subprocess
+import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -167,6 +188,217 @@ def run(db: Database, bootstrap: str, *, writer_counts: list[int], transactions:
     setup.close()
 
 
+# -- a fleet: pools in processes of their own ----------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def fleet_worker(spec: dict[str, Any]) -> int:
+    """One process of a fleet (``--fleet-worker SPEC``): a DualWriterPool of the kafka2pc on its PYTHONPATH and
+    ``threads`` threads. Each stdin line ``go FIRST N`` is a burst: every thread runs N transactions (order ids from
+    FIRST); a JSON line answers it. ``quit`` closes the pool."""
+    import psycopg  # noqa: PLC0415
+
+    import kafka2pc  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    pool = DualWriterPool(lambda: psycopg.connect(spec["dsn"]),
+                          {"bootstrap.servers": spec["bootstrap"], "transactional.id": spec["prefix"]},
+                          size=spec["size"])
+    insert = "INSERT INTO orders (id, amount) VALUES (%s, %s)"
+    threads = spec["threads"]
+    jobs: list[queue.Queue[tuple[int, int] | None]] = [queue.Queue() for _ in range(threads)]
+    done: queue.Queue[list[float] | str] = queue.Queue()
+
+    def work(index: int) -> None:
+        while (job := jobs[index].get()) is not None:
+            first, count = job
+            mine: list[float] = []
+            try:
+                for order in range(first + index * count, first + (index + 1) * count):
+                    began = time.perf_counter()
+                    with pool.transaction() as tx:
+                        tx.cursor.execute(insert, (order, 12.5))
+                        tx.produce(spec["topic"], value=EVENT, key=str(order).encode())
+                    mine.append(time.perf_counter() - began)
+            except Exception as exc:
+                done.put(repr(exc))
+                continue
+            done.put(mine)
+
+    workers = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(threads)]
+    for thread in workers:
+        thread.start()
+    print(json.dumps({"ready": True, "kafka2pc": kafka2pc.__file__}), flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] != "go":
+            break
+        cpu, began = os.times(), time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+        for job in jobs:
+            job.put((int(command[1]), int(command[2])))
+        answers = [done.get() for _ in workers]
+        ended, after = time.monotonic(), os.times()
+        failed = [answer for answer in answers if isinstance(answer, str)]
+        print(json.dumps({"began": began, "ended": ended, "failed": failed,
+                          "latencies": [x for answer in answers if not isinstance(answer, str) for x in answer],
+                          "cpu_s": (after.user + after.system) - (cpu.user + cpu.system),
+                          "ids": list(getattr(pool, "transactional_ids", []))}), flush=True)
+    for job in jobs:
+        job.put(None)
+    pool.close()
+    return 0
+
+
+class FleetArm:
+    """``processes`` worker processes of one kafka2pc (``src``), one prefix, run in bursts."""
+
+    def __init__(self, name: str, src: Path, prefix: str, processes: int, threads: int = 4):
+        self.name, self.src, self.prefix, self.processes, self.threads = name, src, prefix, processes, threads
+        self.rates: list[float] = []
+        self.latencies: list[float] = []
+        self.cpu_ms_per_tx: list[float] = []
+        self.ids: set[str] = set()
+        self.children: list[subprocess.Popen[str]] = []
+
+    def start(self, base: dict[str, Any]) -> None:
+        env = {**os.environ, "PYTHONPATH": str(self.src)}
+        spec = json.dumps({**base, "prefix": self.prefix, "threads": self.threads})
+        self.children = [subprocess.Popen([sys.executable, __file__, "--fleet-worker", spec], env=env,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                         for _ in range(self.processes)]
+        for child in self.children:
+            ready = json.loads(_line(child))
+            if not ready["kafka2pc"].startswith(str(self.src)):
+                raise SystemExit(f"{self.name}: the worker imported {ready['kafka2pc']}, not from {self.src}")
+
+    def burst(self, orders: Iterator[int], per_thread: int, *, counted: bool = True) -> None:
+        for child in self.children:
+            assert child.stdin is not None
+            child.stdin.write(f"go {next(orders) * self.threads * per_thread} {per_thread}\n")
+            child.stdin.flush()
+        results = [json.loads(_line(child)) for child in self.children]
+        failed = [error for result in results for error in result["failed"]]
+        if failed:
+            raise SystemExit(f"{self.name}: transactions failed: {failed[:3]}")
+        self.ids.update(tid for result in results for tid in result["ids"])
+        if not counted:
+            return
+        transactions = sum(len(result["latencies"]) for result in results)
+        span = max(result["ended"] for result in results) - min(result["began"] for result in results)
+        self.rates.append(transactions / span)
+        self.latencies += [x for result in results for x in result["latencies"]]
+        self.cpu_ms_per_tx.append(1000 * sum(result["cpu_s"] for result in results) / transactions)
+
+    def stop(self) -> None:
+        for child in self.children:
+            with contextlib.suppress(OSError):
+                assert child.stdin is not None
+                child.stdin.write("quit\n")
+                child.stdin.close()
+        for child in self.children:
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+    def figures(self) -> dict[str, Any]:
+        return {"tx_per_s": statistics.median(self.rates), "tx_per_s_min": min(self.rates),
+                "tx_per_s_max": max(self.rates), "p50_ms": 1000 * percentile(self.latencies, 0.5),
+                "p99_ms": 1000 * percentile(self.latencies, 0.99),
+                "cpu_ms_per_tx": statistics.median(self.cpu_ms_per_tx)}
+
+    def row(self) -> str:
+        f = self.figures()
+        return (f"  {self.name:46s} {self.processes * self.threads:7d} {f['tx_per_s']:8.0f} "
+                f"{f['tx_per_s_min']:6.0f}-{f['tx_per_s_max']:<6.0f} {f['p50_ms']:8.2f} {f['p99_ms']:8.2f} "
+                f"{f['cpu_ms_per_tx']:9.2f}")
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise SystemExit(f"a fleet worker ended early (exit {child.wait()})")
+    return line
+
+
+@contextlib.contextmanager
+def source_tree(given: str | None, commit: str) -> Iterator[Path]:
+    """``given``, or ``src`` of ``commit`` (git archive) in a temporary folder removed afterwards."""
+    if given:
+        yield Path(given).resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix=f"kafka2pc-{commit}-") as folder:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src/kafka2pc"], check=True,
+                                 capture_output=True).stdout
+        archive_path = Path(folder) / "src.tar"
+        archive_path.write_bytes(archive)
+        with tarfile.open(archive_path) as tar:
+            tar.extractall(folder, filter="data")
+        yield Path(folder) / "src"
+
+
+def run_fleet(dsn: str, bootstrap: str, args: argparse.Namespace) -> None:
+    import psycopg  # noqa: PLC0415
+
+    import kafka2pc  # noqa: PLC0415
+    from kafka2pc.dualwrite import state_table_ddl  # noqa: PLC0415
+
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount REAL)")
+        setup.execute(state_table_ddl())  # with the lease columns: both arms use the same table
+    topic = create_topic(bootstrap, partitions=8)
+    base = {"dsn": dsn, "bootstrap": bootstrap, "topic": topic, "size": 4}
+    after_src = Path(args.after_src).resolve() if args.after_src else Path(kafka2pc.__file__).resolve().parents[1]
+    per_thread = args.fleet_transactions
+    with source_tree(args.before_src, args.before_commit) as before_src:
+        leasing = FleetArm("1 process x pool(4), leasing", after_src, "lease", 1)
+        before = FleetArm(f"1 process x pool(4), before leasing ({args.before_commit})", before_src, "fixed", 1)
+        fleet = FleetArm("4 processes x pool(4), one prefix, leasing", after_src, "fleet", 4)
+        print(f"\nPostgreSQL fleet: every process a DualWriterPool(size=4) and 4 threads; {args.fleet_rounds} rounds "
+              f"of a burst per arm ({per_thread} transactions per thread; leasing and before ABBA), after one to warm "
+              f"up; leasing: {after_src}; before: {before_src} ({args.before_commit}); {os.cpu_count()} cores, 1-min "
+              f"load average {os.getloadavg()[0]:.1f}")
+        orders = itertools.count(1)
+        arms = (before, leasing, fleet)
+        try:
+            for arm in arms:
+                arm.start(base)
+                arm.burst(orders, args.fleet_warmup, counted=False)
+            for round_ in range(args.fleet_rounds):
+                pair = (leasing, before) if round_ % 4 in (0, 3) else (before, leasing)  # ABBA
+                for arm in (*pair, fleet):
+                    arm.burst(orders, per_thread)
+        finally:
+            for arm in arms:
+                arm.stop()
+    print(f"  {'arm':46s} {'threads':>7s} {'tx/s':>8s} {'min-max':>13s} {'p50 ms':>8s} {'p99 ms':>8s} "
+          f"{'CPU ms/tx':>9s}")
+    for arm in arms:
+        print(arm.row())
+    per_round = [b / a for a, b in zip(leasing.rates, before.rates, strict=True)]  # leasing's time per tx / before's
+    ratio = statistics.median(per_round)
+    latency = statistics.fmean(leasing.latencies) / statistics.fmean(before.latencies)
+    cpu = statistics.median(leasing.cpu_ms_per_tx) / statistics.median(before.cpu_ms_per_tx)
+    print(f"  leasing / before leasing, time per transaction: {ratio:.3f} (median of the rounds' ratios of tx/s; "
+          f"quartiles {percentile(per_round, 0.25):.3f}-{percentile(per_round, 0.75):.3f}); mean latency "
+          f"{latency:.3f}; client CPU per transaction {cpu:.3f}; 1-min load average at the end "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"  ids leased: 1 process {sorted(leasing.ids)}; 4 processes: {len(fleet.ids)} distinct ids")
+    print(json.dumps({"bench": "dual-write-fleet", "rounds": args.fleet_rounds, "per_thread": per_thread,
+                      "before_leasing_1x4": before.figures(), "leasing_1x4": leasing.figures(),
+                      "leasing_4x4": fleet.figures(), "leasing_over_before_time_per_tx": ratio,
+                      "leasing_over_before_mean_latency": latency, "leasing_over_before_cpu_per_tx": cpu,
+                      "per_round": [round(x, 3) for x in per_round]}))
+
+
 @contextlib.contextmanager
 def postgres(dsn: str | None) -> Iterator[str]:
     if dsn:
@@ -177,13 +409,23 @@ def postgres(dsn: str | None) -> Iterator[str]:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--fleet-worker":
+        return fleet_worker(json.loads(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap")
     parser.add_argument("--postgres", metavar="DSN")
     parser.add_argument("--transactions", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--writers", default="1,2,4,8")
+    parser.add_argument("--sections", default="sqlite,postgres,fleet")
+    parser.add_argument("--fleet-rounds", type=int, default=20)
+    parser.add_argument("--fleet-transactions", type=int, default=100, help="per thread and burst")
+    parser.add_argument("--fleet-warmup", type=int, default=25, help="per thread")
+    parser.add_argument("--before-commit", default="4018cfd", help="the pool before leasing")
+    parser.add_argument("--before-src", help="its src folder (default: git archive of --before-commit)")
+    parser.add_argument("--after-src", help="the leasing kafka2pc's src folder (default: the one imported here)")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     writer_counts = [int(n) for n in args.writers.split(",")]
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
@@ -191,16 +433,25 @@ def main() -> int:
     with bootstrap_or_local(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as work:
         print(f"broker {bootstrap}")
         path = Path(work) / "bench.db"
-        run(Database("SQLite (file, default journal, synchronous=FULL)",
-                     lambda: sqlite3.connect(path, timeout=60, check_same_thread=False), "?"), bootstrap, **options)
+        if "sqlite" in sections:
+            run(Database("SQLite (file, default journal, synchronous=FULL)",
+                         lambda: sqlite3.connect(path, timeout=60, check_same_thread=False), "?"), bootstrap,
+                **options)
         import psycopg  # noqa: PLC0415
 
         with postgres(args.postgres) as dsn:
-            schema = f"bench_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(dsn, autocommit=True) as admin:
-                admin.execute(f"CREATE SCHEMA {schema}")
-            scoped = psycopg.conninfo.make_conninfo(dsn, options=f"-c search_path={schema}")
-            run(Database("PostgreSQL (fsync on)", lambda: psycopg.connect(scoped), "%s"), bootstrap, **options)
+            for section in ("postgres", "fleet"):
+                if section not in sections:
+                    continue
+                schema = f"bench_{uuid.uuid4().hex[:8]}"
+                with psycopg.connect(dsn, autocommit=True) as admin:
+                    admin.execute(f"CREATE SCHEMA {schema}")
+                scoped = psycopg.conninfo.make_conninfo(dsn, options=f"-c search_path={schema}")
+                if section == "postgres":
+                    run(Database("PostgreSQL (fsync on)", lambda scoped=scoped: psycopg.connect(scoped), "%s"),
+                        bootstrap, **options)
+                else:
+                    run_fleet(scoped, bootstrap, args)
     return 0
 
 
