@@ -230,3 +230,14 @@ def test_a_renewal_planned_before_a_release_does_not_bring_the_lease_back(db):
     [row] = table.rows()
     assert row.status == "free" and row.holder is None, row
     connection.close()
+
+
+def test_a_fleet_starting_at_once_gets_every_id_it_asks_for(postgres_dsn):
+    """32 processes start at once on an empty fleet, each claiming new ids: every claim gets one (the benchmark's
+    simulated deploy of 1000 pools found claims giving up with PoolTimeoutError, failing a pool's start)."""
+    db = schema_database(postgres_dsn)[0]
+    leases(db.connect()).table.ensure_leasing()
+    claimed = claim_at_once(db, 32, 10, 10_000)
+    names = {lease.transactional_id for lease in claimed}
+    print(f"\n320 claims of new ids by 32 connections at once: {len(claimed)} leases, {len(names)} distinct")
+    assert len(claimed) == len(names) == 320

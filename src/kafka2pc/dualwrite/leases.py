@@ -143,6 +143,8 @@ class LeaseTable:
         """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
         claim inserted first is skipped (the highest is read again). Inside the claim's transaction."""
         table = self.table.table
+        if not self.table.sqlite:  # new ids one claim at a time (SQLite's write lock does the same): no insert race
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"kafka2pc-fleet:{table}:{self.prefix}",))
         for _ in range(_INSERT_ATTEMPTS):
             cursor.execute(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
                            (*self._range, self.prefix))
