@@ -7,7 +7,6 @@ leasing version."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 
@@ -17,6 +16,7 @@ import pytest
 from kafka2pc._core.messages import DescribeTransaction
 from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
+from tests.model.test_dual_write_pool import Serialised
 
 from .test_dual_write import schema_database
 
@@ -24,19 +24,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 LEASE_S = 1.0
 
 
-class SlowTransport:
+class SlowTransport(Serialised):
     """The coordinator model, one call at a time; ``slow_describes`` DescribeTransactions first wait ``delay_s`` of
     real time and then get no answer (a broker that went away while a recovery holds the row lock)."""
 
     def __init__(self) -> None:
         self.model = CoordinatorModel(transaction_version=2, two_phase_enabled=True)
-        self._transport = ModelTransport(self.model, Faults())
-        self._lock = threading.Lock()
+        super().__init__(ModelTransport(self.model, Faults()))
         self.slow_describes, self.delay_s = 0, 2.5
-
-    @property
-    def faults(self) -> Faults:
-        return self._transport.faults
 
     def execute(self, transactional_id, command):
         if isinstance(command, DescribeTransaction) and self.slow_describes:
@@ -45,16 +40,6 @@ class SlowTransport:
             self.faults.failed_describes.append(True)
         with self._lock:
             return self._transport.execute(transactional_id, command)
-
-    def __getattr__(self, name: str):
-        attribute = getattr(self._transport, name)
-        if not callable(attribute):
-            return attribute
-
-        def call(*args, **kwargs):
-            with self._lock:
-                return attribute(*args, **kwargs)
-        return call
 
 
 def make_db(postgres_dsn):
