@@ -390,3 +390,25 @@ def test_a_forked_child_can_neither_use_nor_close_the_parents_pool(tmp_path):
     order(pool, 3)
     pool.close()
     assert db_ids(path) == cluster.kafka_ids() == [1, 3]
+
+
+def test_an_id_lost_before_the_pools_start_recovered_it_is_dropped_and_the_pool_starts(tmp_path):
+    """Found by the fleet kill test on a loaded machine (SQLite): a pool's start claimed an id, its recovery waited
+    for the database's write lock longer than the lease, and another process claimed the id meanwhile; the start
+    raised ProducerFencedError and the worker never served. The lost id is dropped and another one leased."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    stolen: list[str] = []
+
+    def transport_for(transactional_id: str):
+        if not stolen:  # another process claims the first id before this pool's recovery of it runs
+            stolen.append(transactional_id)
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE kafka2pc_dual_write_state SET lease_owner = 'another', lease_expires = 1e12 "
+                           "WHERE transactional_id = ?", (transactional_id,))
+        return cluster.transport
+
+    pool = DualWriterPool(lambda: pconnect(path), cluster.config, size=2, transport_for=transport_for)
+    assert stolen == ["shop-0"] and pool.transactional_ids == ["shop-1"]
+    order(pool, 1)
+    pool.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1]

@@ -54,10 +54,21 @@ class LeaseKeeper:
         return self._leases.adopt()
 
     def start(self) -> None:
-        for name, target in (("watcher", self._watch_loop), ("worker", self._work_loop)):
-            thread = threading.Thread(target=target, name=f"kafka2pc-lease-{name}-{self._pool.prefix}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self.start_watcher()
+        self.start_worker()
+
+    def start_watcher(self) -> None:
+        """Renewing (the database alone): from a pool's first claim."""
+        self._start("watcher", self._watch_loop)
+
+    def start_worker(self) -> None:
+        """Settling and reaping: once a pool has made its first writers."""
+        self._start("worker", self._work_loop)
+
+    def _start(self, name: str, target: Any) -> None:
+        thread = threading.Thread(target=target, name=f"kafka2pc-lease-{name}-{self._pool.prefix}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
     def stop(self) -> None:
         self.halt()

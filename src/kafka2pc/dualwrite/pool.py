@@ -88,7 +88,8 @@ class DualWriterPool:
         self._keeper = LeaseKeeper(self, self.connect_shareable())
         try:
             adopted = self._keeper.start_up()
-            for _ in range(min_size + 2 * size):  # each failed round benches an id that needs an operator
+            self._keeper.start_watcher()  # renewing from the first claim: a slow recovery must not let a lease lapse
+            for _ in range(min_size + 2 * size):  # each failed round drops an id: lost meanwhile, or benched
                 if len(self._writers) >= min_size:
                     break
                 writer = self._grow()
@@ -96,8 +97,8 @@ class DualWriterPool:
                     break
                 try:
                     writer.recover_unfinished()
-                except DualWriteRecoveryError as exc:
-                    self._drop(writer, exc)
+                except (ProducerFencedError, DualWriteRecoveryError) as exc:
+                    self._drop(writer, exc)  # its lease was taken (it lapsed), or it needs an operator
                     continue
                 except BaseException:
                     with self._cv:
@@ -108,7 +109,7 @@ class DualWriterPool:
         except BaseException:
             self.close()
             raise
-        self._keeper.start()
+        self._keeper.start_worker()
         atexit.register(self.close)  # a worker that exits (gunicorn's max_requests) gives its ids back at once
         log.info("dual-writer pool %r (%s): %d of up to %d writers, ids %s%s", self.prefix, self.holder,
                  len(self._writers), size, sorted(self._writers),

@@ -96,7 +96,7 @@ class S3Server(ServiceProcess):
         try:
             request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method=method)
             urllib.request.urlopen(request, timeout=2).close()
-        except (urllib.error.URLError, ConnectionError):
+        except OSError:  # refused, reset, or a server too busy to answer within the timeout: asked again
             return False
         return True
 
