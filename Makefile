@@ -79,6 +79,7 @@ chaos: jars s3a-jars
 	KAFKA2PC_FOREACH_BATCH_KILLS=12 $(PY) -m pytest -p no:logging tests/integration/test_spark_foreach_batch.py $(PYTEST_ARGS)
 	KAFKA2PC_HDFS_DRIVER_KILLS=5 $(PY) -m pytest -p no:logging tests/integration/test_remote_checkpoints.py -k driver_kills $(PYTEST_ARGS)
 	KAFKA2PC_STORAGE_OUTAGES=5 $(PY) -m pytest -p no:logging tests/integration/test_storage_outages.py $(PYTEST_ARGS)
+	KAFKA2PC_FLEET_LEASE_S=15 $(PY) -m pytest -p no:logging tests/integration/test_dual_write_fleet.py $(PYTEST_ARGS)
 
 # kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
 # packs an environment, so it is not part of `make test`.

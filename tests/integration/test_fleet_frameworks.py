@@ -403,6 +403,7 @@ def test_gunicorn_flask_fleet_with_recycled_and_killed_workers(postgres_dsn, kaf
 FASTAPI_ORDERS = 200
 
 
+@pytest.mark.slow  # make chaos: the default suite runs the gunicorn recipe
 @pytest.mark.timeout(180)
 def test_uvicorn_fastapi_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_factory, tmp_path):
     """uvicorn --workers 2 serving fastapi_app.py (a def endpoint in FastAPI's threadpool), one worker SIGKILLed
@@ -434,6 +435,7 @@ def test_uvicorn_fastapi_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_f
 CELERY_TASKS = 150
 
 
+@pytest.mark.slow  # make chaos: the default suite runs the gunicorn recipe
 @pytest.mark.timeout(180)
 def test_celery_prefork_children_with_a_killed_child(postgres_dsn, kafka, topic_factory, tmp_path):
     """celery worker --pool prefork -c 3 running celery_app.py's task on kombu's filesystem transport, children
