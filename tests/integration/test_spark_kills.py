@@ -4,9 +4,9 @@ must be every input record exactly once, with nothing pinning the LSO.
 
 Until a kill has landed inside a transaction, each round kills the moment ListTransactions shows one open under the
 sink's prefix (so the case that matters most is covered every run, not by luck); the other rounds kill at a random
-moment. The default suite kills once, inside a transaction (test_storage_outages.py kills the same job again, on HDFS and S3, when it
-rides out an outage); ``KAFKA2PC_SPARK_KILLS`` raises it (``make chaos`` runs 30) and ``KAFKA2PC_SPARK_KILL_SEED``
-replays a run (the seed is printed)."""
+moment. The default suite kills once, inside a transaction (test_storage_outages.py kills the same job again, on
+HDFS and S3, when it rides out an outage); ``KAFKA2PC_SPARK_KILLS`` raises it (``make chaos`` runs 30) and
+``KAFKA2PC_SPARK_KILL_SEED`` replays a run (the seed is printed)."""
 
 from __future__ import annotations
 
