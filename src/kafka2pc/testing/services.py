@@ -38,11 +38,17 @@ class ServiceProcess:
             self._process = subprocess.Popen(command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
-        while not answers():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                tail = self.log_file.read_text(errors="replace")[-2500:]
-                raise HarnessSetupError(f"{self.name} did not start (work folder {self.workdir}):\n{tail}")
-            time.sleep(0.2)
+        try:
+            while not answers():
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    tail = self.log_file.read_text(errors="replace")[-2500:]
+                    raise HarnessSetupError(f"{self.name} did not start (work folder {self.workdir}):\n{tail}")
+                time.sleep(0.2)
+        except BaseException:
+            if self._process.poll() is None:  # a server that never answered is not left running
+                self._process.kill()
+                self._process.wait(timeout=30)
+            raise
 
     @property
     def pid(self) -> int | None:
