@@ -77,13 +77,12 @@ class DualWriterPool:
         self._writers: dict[str, DualWriter] = {}
         self._leases: dict[str, Lease] = {}
         #: when each idle writer was returned, and since when each writer lent out (or left unfinished) was lent
-        self.idle_since: dict[str, float] = {}
-        self.open_since: dict[str, float] = {}
+        self._idle_since: dict[str, float] = {}
+        self._open_since: dict[str, float] = {}
         self._growing = 0
         #: ids taken out of service because they need an operator (DualWriteRecoveryError), with the error; the
         #: row says so too, so no pool of the fleet claims them until DualWriter.resolve
         self.benched: dict[str, Exception] = {}
-        self._unsettled: set[str] = set()
         self._closed = False
         self._keeper = LeaseKeeper(self, self.connect_shareable())
         try:
@@ -140,15 +139,13 @@ class DualWriterPool:
                 with writer.transaction() as tx:
                     started = True
                     yield tx
-                self._unsettled.discard(writer.transactional_id)
                 return
             except (ProducerFencedError, DualWriteRecoveryError) as exc:
                 self._drop(writer, exc)
                 writer = None
                 if started:
                     raise
-            except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:
-                self._unsettled.add(writer.transactional_id)
+            except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:  # the writer stays unfinished
                 if isinstance(exc, DualWriteOutcomeUnknownError):
                     writer = self._replace(writer)  # its connection failed at commit: a new one settles it
                 raise
@@ -176,7 +173,7 @@ class DualWriterPool:
                     self._cv.notify()
             if writer is not None:
                 with self._cv:
-                    self.open_since[writer.transactional_id] = time.monotonic()
+                    self._open_since[writer.transactional_id] = time.monotonic()
                 return writer
             if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
                 raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
@@ -191,8 +188,8 @@ class DualWriterPool:
                 raise ConfigError("pool", "is closed")
             if self._idle:
                 writer = self._idle.pop()
-                self.idle_since.pop(writer.transactional_id, None)
-                self.open_since[writer.transactional_id] = time.monotonic()
+                self._idle_since.pop(writer.transactional_id, None)
+                self._open_since[writer.transactional_id] = time.monotonic()
                 return writer
             if len(self._writers) + self._growing < self.size:
                 self._growing += 1
@@ -215,9 +212,9 @@ class DualWriterPool:
             else:
                 retire = False
                 self._idle.append(writer)
-                self.idle_since[transactional_id] = time.monotonic()
+                self._idle_since[transactional_id] = time.monotonic()
                 if not writer.unfinished:
-                    self.open_since.pop(transactional_id, None)
+                    self._open_since.pop(transactional_id, None)
                 self._cv.notify()
         if retire:
             self.retire(writer)
@@ -228,7 +225,7 @@ class DualWriterPool:
             for writer in self._idle:
                 if writer.transactional_id == transactional_id:
                     self._idle.remove(writer)
-                    self.idle_since.pop(transactional_id, None)
+                    self._idle_since.pop(transactional_id, None)
                     return writer
         return None
 
@@ -320,10 +317,10 @@ class DualWriterPool:
         has been open (monotonic)."""
         now = time.monotonic()
         with self._cv:
-            views = [WriterView(tid, None if tid not in self.idle_since else now - self.idle_since[tid],
+            views = [WriterView(tid, None if tid not in self._idle_since else now - self._idle_since[tid],
                                 writer.unfinished) for tid, writer in self._writers.items()]
             return (views, {tid: lease.token for tid, lease in self._leases.items()},
-                    list(self.open_since.values()))
+                    list(self._open_since.values()))
 
     def _forget(self, writer: DualWriter) -> None:
         """Under the lock: the pool no longer holds ``writer`` (nothing, if its id is held by a newer writer: this
@@ -332,9 +329,8 @@ class DualWriterPool:
         if self._writers.get(transactional_id) is writer:
             del self._writers[transactional_id]
             self._leases.pop(transactional_id, None)
-            self.idle_since.pop(transactional_id, None)
-            self.open_since.pop(transactional_id, None)
-            self._unsettled.discard(transactional_id)
+            self._idle_since.pop(transactional_id, None)
+            self._open_since.pop(transactional_id, None)
         self._cv.notify_all()
 
     def _replace(self, writer: DualWriter) -> DualWriter:
@@ -362,10 +358,9 @@ class DualWriterPool:
         """Close a writer and give its id back to the fleet; a transaction it left unfinished is settled first, and
         if that fails the lease is kept until it expires, for another pool to settle."""
         transactional_id = writer.transactional_id
-        if transactional_id in self._unsettled or writer.unfinished:
+        if writer.unfinished:
             try:
                 writer.recover_unfinished()
-                self._unsettled.discard(transactional_id)
             except Exception as exc:
                 log.warning("%r: could not settle its unfinished transaction at close (%r): its lease expires in "
                             "%g s and a live pool of the fleet settles it", transactional_id, exc, self.lease_s)
