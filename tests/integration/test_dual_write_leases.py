@@ -178,6 +178,25 @@ def test_a_table_made_before_leases_gets_the_columns_or_names_the_ddl(db):
     connection.close()
 
 
+def test_an_adopted_id_can_be_claimed_in_the_same_instant(tmp_path):
+    """Adoption makes an id expire "now" by the database's clock; a claim in the same millisecond (SQLite's clock
+    resolution) must take it, not pass over it for a new id (the last CI: shop-1 instead of shop-0)."""
+    passed_over = []
+    for attempt in range(40):
+        connection = sqlite3.connect(tmp_path / f"app{attempt}.db")
+        connection.cursor().execute(OLD_DDL)
+        connection.cursor().execute("INSERT INTO kafka2pc_dual_write_state (transactional_id, owner) "
+                                    "VALUES ('shop-0', 'old-writer')")
+        connection.commit()
+        table = leases(connection)
+        table.adopt()
+        lease = table.claim(token(), "a:1", 30, max_ids=None)
+        if lease is None or lease.transactional_id != "shop-0":
+            passed_over.append(attempt)
+        connection.close()
+    assert passed_over == []
+
+
 def test_a_claim_never_takes_or_waits_for_a_row_a_transaction_holds(postgres_dsn):
     """A zombie's open transaction holds its id's row (its lease expired): the claim passes over it at once."""
     db = schema_database(postgres_dsn)[0]

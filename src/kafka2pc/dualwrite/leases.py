@@ -4,7 +4,8 @@
 The lease lives in the id's state-table row, beside the state it guards: ``lease_owner`` (the token of the writer
 holding it), ``lease_expires`` (by the database's clock), ``holder`` (host and pid, for operators), ``fleet`` and
 ``fleet_index`` (the prefix, and n in ``<prefix>-<n>``). An id is free when ``lease_expires`` is NULL and expired
-when it is in the past. A claim takes the lowest-numbered free or expired id in a transaction that holds its row:
+when it is not in the future (an adopted id expires the moment it is adopted). A claim takes the lowest-numbered
+free or expired id in a transaction that holds its row:
 PostgreSQL's ``FOR UPDATE SKIP LOCKED`` (a row a writer holds, a live transaction or a zombie's, is never taken),
 SQLite's database write lock. Only a claim changes ``lease_owner``; every write of a writer's transaction is
 conditional on it (StateTable.write), so a process whose id was claimed cannot commit that id's row."""
@@ -119,7 +120,7 @@ class LeaseTable:
         free = "" if expired_only else "lease_expires IS NULL OR "
         lock = "" if self.table.sqlite else " FOR UPDATE SKIP LOCKED"
         with self._transaction(write=True) as cursor:
-            cursor.execute(self._in_fleet(f" AND problem IS NULL AND ({free}lease_expires < {now})").join(
+            cursor.execute(self._in_fleet(f" AND problem IS NULL AND ({free}lease_expires <= {now})").join(
                 (f"SELECT transactional_id, fleet_index, holder, {now} - lease_expires FROM {table} WHERE ",
                  f" ORDER BY fleet_index LIMIT 1{lock}")), (*self._range, self.prefix))
             row = cursor.fetchone()
@@ -207,7 +208,7 @@ class LeaseTable:
         """The fleet's expired leases, (id, seconds since it expired), oldest first."""
         now = self.table.now
         with self._transaction(write=False) as cursor:
-            cursor.execute(self._in_fleet(f" AND problem IS NULL AND lease_expires < {now}").join(
+            cursor.execute(self._in_fleet(f" AND problem IS NULL AND lease_expires <= {now}").join(
                 (f"SELECT transactional_id, {now} - lease_expires FROM {self.table.table} WHERE ",
                  " ORDER BY lease_expires")), (*self._range, self.prefix))
             return [(row[0], float(row[1])) for row in cursor.fetchall()]
