@@ -8,24 +8,24 @@ PYTEST_ARGS ?=
 
 .PHONY: setup jars s3a-jars postgres lint test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery chaos clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@command -v java >/dev/null || { echo "java not found: install Java 17+ (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e '.[dev]' -e ./harness
 	touch $@
 
 setup: $(VENV)/.installed
 
 jars: setup
 	$(PY) -m kafka2pc.testing.jars
-	$(PY) -m kafka2pc.testing.spark jars
+	$(PY) -m kafka2pc_harness.spark jars
 
 # Hadoop's S3A filesystem for the Spark drivers whose checkpoint is on the tests' S3 server (about 700 MB, once).
 s3a-jars: setup
-	$(PY) -c 'from kafka2pc.testing.s3 import s3a_jars; print(len(s3a_jars()), "S3A jar(s)")'
+	$(PY) -c 'from kafka2pc_harness.s3 import s3a_jars; print(len(s3a_jars()), "S3A jar(s)")'
 
 # The dual-write tests need a PostgreSQL server's binaries (the tests start and stop it; it runs as nobody).
 postgres:
@@ -34,7 +34,7 @@ postgres:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 lint: setup
-	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/ruff check src harness tests examples benchmarks
 	$(VENV)/bin/mypy
 
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers,

@@ -57,9 +57,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from kafka2pc.dualwrite import DualWriterPool
-from kafka2pc.testing.postgres import postgres_dsn
 from kafka2pc.testing.provider import bootstrap_or_local
 from kafka2pc.testing.verify import create_topic
+from kafka2pc_harness.postgres import postgres_dsn
 
 EVENT = json.dumps({"type": "OrderPlaced", "customer": "c-1", "amount": 12.5, "pad": "x" * 40}).encode()
 #: one transaction: called with the order id

@@ -47,7 +47,7 @@ from kafka2pc.dualwrite.leases import LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.upkeep import REAP_PER_TICK
 from kafka2pc.errors import PoolTimeoutError
-from kafka2pc.testing.postgres import postgres_dsn
+from kafka2pc_harness.postgres import postgres_dsn
 
 PREFIX = "fleet"
 TABLE = "kafka2pc_dual_write_state"

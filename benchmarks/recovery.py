@@ -28,15 +28,15 @@ from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, TransactionNamingStrategy, recover
 from kafka2pc.testing.provider import bootstrap_or_local
-from kafka2pc.testing.sink_workload import run_job
 from kafka2pc.testing.verify import create_topic
 from kafka2pc.transaction_control import TransactionControl
+from kafka2pc_harness.sink_workload import run_job
 
 
 def crash_once(bootstrap: str, prefix: str, topic: str, log_dir: Path, subtasks: int) -> None:
     """Run the workload (it recovers first) until its subtasks have prepared the transactions of a new checkpoint,
     then SIGKILL it before the decision: P prepared, undecided transactions are left open."""
-    cmd = [sys.executable, "-m", "kafka2pc.testing.sink_workload", "--bootstrap", bootstrap, "--prefix", prefix,
+    cmd = [sys.executable, "-m", "kafka2pc_harness.sink_workload", "--bootstrap", bootstrap, "--prefix", prefix,
            "--topic", topic, "--log-dir", str(log_dir), "--subtasks", str(subtasks), "--checkpoints", "1000000",
            "--records", "3"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka2pc.testing.provider import bootstrap_or_local
-from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.verify import create_topic, end_offsets
+from kafka2pc_harness.spark import run_driver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,8 +53,8 @@ def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path,
     """rows/s of each sink, per round; ``fixed`` gets the ms of each sink's 8-row writes."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
-    from kafka2pc.testing.spark import local_session, stop_session  # noqa: PLC0415
+    from kafka2pc_harness.noop_sink import NoopArrowSink  # noqa: PLC0415
+    from kafka2pc_harness.spark import local_session, stop_session  # noqa: PLC0415
 
     spark = local_session("kafka2pc-bench", cores=2, kafka_connector=True,
                           conf={"spark.python.worker.reuse": worker_reuse()})
@@ -175,7 +175,7 @@ def restart_driver(sink: str, bootstrap: str, topic: str, checkpoint: str, phase
     ``until-killed`` runs it on, saying when 3 are done, until it is SIGKILLed; ``restart`` starts it again on the
     same checkpoint and prints (JSON) the seconds from ``start()`` to its first completed batch and that batch's
     ``durationMs``."""
-    from kafka2pc.testing.noop_sink import NoopArrowSink  # noqa: PLC0415
+    from kafka2pc_harness.noop_sink import NoopArrowSink  # noqa: PLC0415
 
     spark = driver_session("kafka2pc-bench-restart")
     spark.dataSource.register(NoopArrowSink)

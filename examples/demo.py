@@ -16,8 +16,8 @@ from pathlib import Path
 
 from kafka2pc.cli import main as kafka2pc_cli
 from kafka2pc.testing import BrokerSettings, start_kafka
-from kafka2pc.testing.spark import run_driver
 from kafka2pc.testing.verify import create_topic, produce_orders
+from kafka2pc_harness.spark import run_driver
 
 JOB = Path(__file__).with_name("spark_job.py")
 FIRST_ORDERS, LATER_ORDERS = 3000, 1000

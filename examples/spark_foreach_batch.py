@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, write: Callable[[Any, int], None] | None = Non
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - after PYSPARK_PYTHON is set
 
-    from kafka2pc.testing.spark import spark_kafka_jars  # noqa: PLC0415 - Spark's Kafka source, from Maven Central
+    from kafka2pc_harness.spark import spark_kafka_jars  # noqa: PLC0415 - Spark's Kafka source, from Maven Central
 
     spark = (SparkSession.builder.master(args.master).appName("kafka2pc-foreach-batch")
              .config("spark.jars", ",".join(spark_kafka_jars())).config("spark.ui.enabled", "false")

@@ -1,6 +1,6 @@
 import pytest
 
-pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc.testing.spark_fixtures", "pytester"]
+pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc_harness.pytest_plugin", "pytester"]
 
 #: The default suite's longest files (Spark drivers and executors killed and restarted: 30 s to 3 min a test). They
 #: go first: ``make test``'s two workers (``-n 2 --dist load``) are handed the first tests alternately, so the long

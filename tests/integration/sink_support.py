@@ -39,7 +39,7 @@ def leave_lingering(bootstrap: str, topic: str, transactional_ids: list[str]) ->
 
 
 def workload_command(bootstrap: str, prefix: str, topic: str, log_dir: Path, **options) -> list[str]:
-    cmd = [sys.executable, "-m", "kafka2pc.testing.sink_workload", "--bootstrap", bootstrap, "--prefix", prefix,
+    cmd = [sys.executable, "-m", "kafka2pc_harness.sink_workload", "--bootstrap", bootstrap, "--prefix", prefix,
            "--topic", topic, "--log-dir", str(log_dir)]
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]

@@ -63,7 +63,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
-    from kafka2pc.testing.spark import spark_kafka_jars  # noqa: PLC0415
+    from kafka2pc_harness.spark import spark_kafka_jars  # noqa: PLC0415
 
     builder = SparkSession.builder.master(master).appName("kafka2pc-straggler-job")
     for key, value in {**json.loads(conf), **SPECULATION}.items():

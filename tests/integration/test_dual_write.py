@@ -33,8 +33,8 @@ from kafka2pc.errors import (
     TransactionLostError,
 )
 from kafka2pc.testing import PRE_2PC_KAFKA_VERSION, BrokerSettings
-from kafka2pc.testing.proxy import FaultProxy
 from kafka2pc.testing.verify import read_records
+from kafka2pc_harness.proxy import FaultProxy
 
 psycopg = pytest.importorskip("psycopg")
 from prometheus_client import REGISTRY  # noqa: E402
@@ -431,7 +431,7 @@ def test_a_client_dropped_at_commit_while_postgres_commits_leaves_db_and_kafka_e
     from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: PLC0415
 
     from kafka2pc.errors import DualWriteOutcomeUnknownError  # noqa: PLC0415
-    from kafka2pc.testing.pg_proxy import PgProxy  # noqa: PLC0415
+    from kafka2pc_harness.pg_proxy import PgProxy  # noqa: PLC0415
 
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     server = conninfo_to_dict(postgres_dsn)

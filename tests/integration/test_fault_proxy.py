@@ -22,10 +22,10 @@ from kafka.protocol.producer import EndTxnRequest, InitProducerIdRequest, Produc
 
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.testing.proxy import CUT, DELAY, DROP, FaultProxy
-from kafka2pc.testing.proxy_wire import RequestInfo, WireError, rewrite_response
 from kafka2pc.testing.verify import read_records, values
 from kafka2pc.transaction_control import TransactionControl
+from kafka2pc_harness.proxy import CUT, DELAY, DROP, FaultProxy
+from kafka2pc_harness.proxy_wire import RequestInfo, WireError, rewrite_response
 from tests.integration.txn_helpers import produce_all, transactional_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

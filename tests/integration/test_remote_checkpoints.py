@@ -122,7 +122,7 @@ def test_a_spark_batch_write_keeps_its_decisions_on_s3_and_recover_reads_them(s3
                                                                                 tmp_path):
     pytest.importorskip("pyspark")
     from kafka2pc.spark.state import SinkStore  # noqa: PLC0415
-    from kafka2pc.testing.spark import local_session, stop_session  # noqa: PLC0415
+    from kafka2pc_harness.spark import local_session, stop_session  # noqa: PLC0415
 
     from .spark_support import audit, open_transactions  # noqa: PLC0415
 
@@ -169,7 +169,7 @@ def test_the_main_job_with_its_checkpoint_on_hdfs_survives_driver_kills(hdfs, ka
     ``KAFKA2PC_HDFS_DRIVER_KILLS`` times in ``make chaos`` (the default suite kills the same job once, after a NameNode
     outage, in test_storage_outages.py)."""
     pytest.importorskip("pyspark")
-    from kafka2pc.testing.spark import run_driver  # noqa: PLC0415
+    from kafka2pc_harness.spark import run_driver  # noqa: PLC0415
 
     from .spark_support import audit, open_transactions, produce_orders, wait_for_open_transaction  # noqa: PLC0415
 

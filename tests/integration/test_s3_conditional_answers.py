@@ -17,7 +17,7 @@ from kafka2pc import PreparedTxnState
 from kafka2pc.errors import DecisionConflictError, RetriableError
 from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.sink.storage import RemoteFolder
-from kafka2pc.testing.proxy import LOOPBACK
+from kafka2pc_harness.proxy import LOOPBACK
 
 s3fs = pytest.importorskip("s3fs")
 

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from kafka2pc.testing.spark import run_driver
+from kafka2pc_harness.spark import run_driver
 
 from .spark_support import audit
 

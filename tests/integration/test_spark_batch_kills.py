@@ -16,8 +16,8 @@ pytest.importorskip("pyspark")
 from kafka.protocol.producer import EndTxnRequest
 
 from kafka2pc.cli import main as cli_main
-from kafka2pc.testing.proxy import DROP, FaultProxy
-from kafka2pc.testing.spark import run_driver
+from kafka2pc_harness.proxy import DROP, FaultProxy
+from kafka2pc_harness.spark import run_driver
 
 from .spark_support import audit, open_transactions, sink_prefix, wait_for
 

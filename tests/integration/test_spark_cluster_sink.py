@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from kafka2pc.spark.state import SinkStore
-from kafka2pc.testing.spark import run_driver
-from kafka2pc.testing.spark_cluster import StandaloneSparkCluster, alive
+from kafka2pc_harness.spark import run_driver
+from kafka2pc_harness.spark_cluster import StandaloneSparkCluster, alive
 
 from .spark_straggler_job import STRAGGLE_S
 from .spark_support import audit, open_transactions, produce_orders, sink_prefix, wait_for

@@ -16,8 +16,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'ka
 from confluent_kafka import Producer
 
 from kafka2pc.testing import HarnessSetupError, KafkaService
-from kafka2pc.testing.spark import _artifact, run_driver, spark_kafka_jars
-from kafka2pc.testing.spark_cluster import (
+from kafka2pc_harness.spark import _artifact, run_driver, spark_kafka_jars
+from kafka2pc_harness.spark_cluster import (
     StandaloneSparkCluster,
     alive,
     proc_info,
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 # kill an executor while its Python workers run.
 STANDALONE_DRIVER = """
 import json, sys, time
-from kafka2pc.testing.spark import new_session
+from kafka2pc_harness.spark import new_session
 
 master, conf, sleep_s = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
 spark = new_session(master, "harness-probe", conf=conf)
@@ -50,7 +50,7 @@ spark.stop()
 # A local-mode driver that keeps its Python workers (pyspark's daemon, in a process group of its own) alive.
 LOCAL_DRIVER = """
 import time
-from kafka2pc.testing.spark import local_session
+from kafka2pc_harness.spark import local_session
 
 spark = local_session("harness-kill-group", cores=1)
 print(f"sum={spark.sparkContext.parallelize(range(10), 1).map(lambda x: x).sum()}", flush=True)

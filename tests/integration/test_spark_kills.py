@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from kafka2pc.spark.state import SinkStore
-from kafka2pc.testing.spark import run_driver
+from kafka2pc_harness.spark import run_driver
 
 from .spark_support import audit, open_transactions, produce_orders, sink_prefix, wait_for_open_transaction
 

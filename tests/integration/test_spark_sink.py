@@ -24,8 +24,8 @@ from kafka2pc.spark.columns import Columns  # noqa: E402
 from kafka2pc.spark.driver import SinkDriver  # noqa: E402
 from kafka2pc.spark.options import SinkOptions  # noqa: E402
 from kafka2pc.spark.task import TaskPlan, write_partition  # noqa: E402
-from kafka2pc.testing.spark import local_session, stop_session  # noqa: E402
 from kafka2pc.testing.verify import end_offsets, read_records  # noqa: E402
+from kafka2pc_harness.spark import local_session, stop_session  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 

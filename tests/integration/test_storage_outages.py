@@ -149,7 +149,7 @@ def outage_round(server: Any, driver: Any, rng: random.Random) -> dict[str, Any]
 
 def test_the_main_job_goes_on_or_fails_retriably_through_a_storage_outage(store, kafka, topic_factory, tmp_path):
     pytest.importorskip("pyspark")
-    from kafka2pc.testing.spark import DriverProcess, run_driver  # noqa: PLC0415
+    from kafka2pc_harness.spark import DriverProcess, run_driver  # noqa: PLC0415
 
     from .spark_support import audit, open_transactions, produce_orders, wait_for_open_transaction  # noqa: PLC0415
 

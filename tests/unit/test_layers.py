@@ -7,6 +7,8 @@ import pathlib
 import pytest
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+#: kafka2pc's own test harness, a second distribution (harness/pyproject.toml) that the runtime wheel never needs
+HARNESS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "src"
 
 #: layer -> the module prefixes that make it up (the longest prefix decides)
 LAYERS = {
@@ -35,7 +37,8 @@ MAY_IMPORT = {
     "dualwrite": {"foundation", "facades", "sink", "dualwrite"},
     "audit": {"foundation", "facades", "audit"},
     "cli": {"foundation", "facades", "sink", "spark", "audit", "dualwrite", "cli"},
-    "testing": set(LAYERS) - {"api"},
+    # what users' own tests call (start a broker, read back with read_committed, the fixtures) and nothing more
+    "testing": {"foundation", "wire", "testing"},
     "api": {"foundation", "facades", "sink"},
 }
 #: the sans-IO core neither sleeps, connects nor reads a clock; of kafka-python it uses the error-code table only
@@ -50,10 +53,10 @@ def layer_of(module: str) -> str:
     return max(matches)[1]
 
 
-def modules() -> list[tuple[str, pathlib.Path]]:
+def modules(root: pathlib.Path = SRC) -> list[tuple[str, pathlib.Path]]:
     found = []
-    for path in sorted(SRC.rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found.append((".".join(parts), path))
@@ -98,11 +101,30 @@ def test_the_core_does_no_io(module, path):
     assert wrong == [], f"{module} imports {wrong}"
 
 
+def test_the_runtime_never_imports_the_harness():
+    """kafka2pc_harness is not installed with kafka2pc: no module of the runtime wheel may import it."""
+    wrong = [(module, target) for module, path in MODULES for target in imports(module, path)
+             if target.split(".")[0] == "kafka2pc_harness"]
+    assert wrong == []
+
+
+HARNESS_MODULES = modules(HARNESS)
+
+
+@pytest.mark.parametrize(("module", "path"), HARNESS_MODULES, ids=[m for m, _ in HARNESS_MODULES])
+def test_the_harness_uses_kafka2pc_as_users_do(module, path):
+    """The harness imports kafka2pc's public packages (kafka2pc.testing among them), never its private layers."""
+    wrong = [target for target in imports(module, path)
+             if target.split(".")[0] == "kafka2pc" and layer_of(target) in ("core", "data", "wire")]
+    assert wrong == [], f"{module} may not import {wrong}"
+
+
 def test_the_rules_can_fail():
     """A module that imported upward would be caught (the check is not vacuous)."""
     assert layer_of("kafka2pc._core.producer_core") == "core"
     assert "wire" not in MAY_IMPORT["core"] and "core" not in MAY_IMPORT["sink"]
     assert layer_of("kafka2pc.sink.committer") == "sink" and layer_of("kafka2pc.cluster") == "facades"
+    assert layer_of("kafka2pc.testing.verify") == "testing" and "sink" not in MAY_IMPORT["testing"]
 
 
 def test_private_means_named_so():

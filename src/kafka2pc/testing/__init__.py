@@ -4,6 +4,10 @@
 ``KAFKA2PC_BOOTSTRAP``, else a testcontainers Kafka when a Docker engine answers, else Apache Kafka's Maven Central
 jars run with the machine's ``java`` (KRaft, loopback ports). pytest fixtures are in
 :mod:`kafka2pc.testing.pytest_plugin`; read_committed verification helpers in :mod:`kafka2pc.testing.verify`.
+
+Importing it loads none of pytest, confluent-kafka, testcontainers or pyspark: those are imported by the modules and
+functions that use them. The servers kafka2pc's own suite starts besides Kafka (PostgreSQL, HDFS, object stores,
+Spark clusters, fault proxies) are in kafka2pc_harness, built from the repository's ``harness/``, not in this wheel.
 """
 
 from __future__ import annotations

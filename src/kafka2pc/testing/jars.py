@@ -50,9 +50,10 @@ def require_tool(name: str, what_for: str) -> str:
 
 
 def maven_dependencies(target: Path, pom: str, properties: dict[str, str], *, what: str, expect: str,
-                       runtime_only: bool = True, timeout_s: float = 900) -> Path:
-    """``target``, holding the dependencies of the harness's ``pom`` (a resource of this package) resolved with Maven
-    under ``properties``, once: they are copied into a staging folder, renamed into place when complete (a file
+                       runtime_only: bool = True, timeout_s: float = 900,
+                       package: str = "kafka2pc.testing") -> Path:
+    """``target``, holding the dependencies of ``pom`` (a resource of ``package``, this one by default) resolved with
+    Maven under ``properties``, once: they are copied into a staging folder, renamed into place when complete (a file
     matching ``expect`` arrived), and kept from then on. ``what`` names them in messages."""
     if (target / _MARKER).exists():
         return target
@@ -61,7 +62,7 @@ def maven_dependencies(target: Path, pom: str, properties: dict[str, str], *, wh
     log.info("resolving %s into %s", what, target)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        with resources.as_file(resources.files(__package__).joinpath(pom)) as pom_file:
+        with resources.as_file(resources.files(package).joinpath(pom)) as pom_file:
             cmd = [mvn, "-B", "-q", "-f", str(pom_file), *(f"-D{k}={v}" for k, v in properties.items()),
                    f"-DoutputDirectory={staging}", *(["-DincludeScope=runtime"] if runtime_only else []),
                    "dependency:copy-dependencies"]

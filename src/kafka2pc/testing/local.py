@@ -53,8 +53,9 @@ def new_cluster_id() -> str:
             return candidate
 
 
-def _die_with_parent() -> None:
-    # Linux: the JVM gets SIGKILL when the Python process that started it dies, so no broker outlives a test run.
+def die_with_parent() -> None:
+    """A ``preexec_fn`` for JVMs the harness starts: on Linux the child gets SIGKILL when the Python process that
+    started it dies, so no broker outlives a test run."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -274,7 +275,7 @@ class LocalKafkaCluster(KafkaService):
         node.process = subprocess.Popen(
             self._java_command(node, "kafka.Kafka", str(node.properties_file)),
             stdout=node._stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
         )
         log.info("started Kafka node %d (pid %d) on 127.0.0.1:%d", node.node_id, node.process.pid, node.port)
 

@@ -8,14 +8,7 @@ Fixtures:
     ``kafka_3node`` (session): 3-node KRaft cluster, transaction log replicated 3x with min ISR 2 (local backend).
     ``kafka_factory`` (function): ``kafka_factory(BrokerSettings(...), nodes=1)`` starts a dedicated cluster for one
     test and stops it afterwards.
-    ``secured_kafka`` (session): a broker with SASL_SSL (PLAIN, SCRAM), mTLS and OAUTHBEARER (a local OIDC server)
-    listeners, certificates made at start (:class:`kafka2pc.testing.secured.SecuredKafka`; local backend).
     ``topic_factory`` (function): ``topic_factory(kafka, partitions=1)`` creates a fresh topic.
-    ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
-    binaries, or ``KAFKA2PC_POSTGRES_DSN``).
-    ``s3_server`` (session): moto's S3-API server with a bucket; its endpoint and keys set in the environment.
-    ``gcs_server``, ``azure_storage`` (session): fake-gcs-server and Azurite, their variables set in the environment.
-    ``hdfs`` (module): Hadoop's mini HDFS cluster; ``HADOOP_CONF_DIR`` set in the environment meanwhile.
 
 A failed test keeps the logs of every cluster it used and names their location in its report.
 """
@@ -43,78 +36,20 @@ def _start_or_fail(settings: BrokerSettings, nodes: int = 1, backend: str | None
         pytest.fail(f"could not provide Kafka: {exc}", pytrace=False)
 
 
+def logs_wanted(request: pytest.FixtureRequest, service: object) -> bool:
+    """Whether a failed test of this session used ``service`` (a :class:`KafkaService`, or an object whose
+    ``service`` attribute is one), so a fixture closing it should keep its logs."""
+    return id(getattr(service, "service", service)) in request.session.stash.get(_FAILED_WITH, set())
+
+
 def _close(request: pytest.FixtureRequest, service: KafkaService) -> None:
-    failed = request.session.stash.get(_FAILED_WITH, set())
-    service.close(keep_logs=id(service) in failed)
+    service.close(keep_logs=logs_wanted(request, service))
 
 
 def _skip_unless_local(what: str) -> None:
     backend = choose_backend(nodes=3)
     if backend != "local":
         pytest.skip(f"{what} needs the local JVM backend (selected: {backend})")
-
-
-@pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
-    """A real PostgreSQL server for the session."""
-    from kafka2pc.testing.postgres import postgres_dsn as provide  # noqa: PLC0415 - only tests that need one
-
-    try:
-        context = provide()
-        dsn = context.__enter__()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not provide PostgreSQL: {exc}", pytrace=False)
-    yield dsn
-    context.__exit__(None, None, None)
-
-
-def _serve(start: Callable[[], Any], what: str) -> Iterator[Any]:
-    """Start a storage service, set its variables in this process's environment for the fixture's life (Spark drivers
-    and their Python workers started by tests inherit them), stop it afterwards."""
-    from kafka2pc.testing.services import environment_set  # noqa: PLC0415
-
-    try:
-        service = start()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not start {what}: {exc}", pytrace=False)
-    try:
-        with environment_set(service.environment()):
-            yield service
-    finally:
-        service.close()
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[Any]:
-    """An S3-API server (moto's) with a bucket, for the session."""
-    from kafka2pc.testing.s3 import S3Server  # noqa: PLC0415
-
-    yield from _serve(lambda: S3Server().start(), "an S3 server")
-
-
-@pytest.fixture(scope="session")
-def gcs_server() -> Iterator[Any]:
-    """fake-gcs-server (a Google Cloud Storage emulator), for the session."""
-    from kafka2pc.testing.object_stores import FakeGcsServer  # noqa: PLC0415
-
-    yield from _serve(lambda: FakeGcsServer().start(), "fake-gcs-server")
-
-
-@pytest.fixture(scope="session")
-def azure_storage() -> Iterator[Any]:
-    """Azurite (an Azure storage emulator), for the session."""
-    from kafka2pc.testing.object_stores import Azurite  # noqa: PLC0415
-
-    yield from _serve(lambda: Azurite().start(), "Azurite")
-
-
-@pytest.fixture(scope="module")
-def hdfs() -> Iterator[Any]:
-    """Hadoop's mini HDFS cluster on loopback, ``HADOOP_CONF_DIR`` pointing at its configuration, for the test module
-    (other modules' scheme-less paths stay local)."""
-    from kafka2pc.testing.hdfs import MiniHdfs  # noqa: PLC0415
-
-    yield from _serve(lambda: MiniHdfs().start(), "HDFS")
 
 
 @pytest.fixture(scope="session")
@@ -142,23 +77,6 @@ def kafka_3node(request: pytest.FixtureRequest) -> Iterator[KafkaService]:
     service = _start_or_fail(BrokerSettings(), nodes=3, backend="local")
     yield service
     _close(request, service)
-
-
-@pytest.fixture(scope="session")
-def secured_kafka(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A broker with the listeners of managed Kafka: SASL_SSL (PLAIN, SCRAM-SHA-256/512), mTLS, OAUTHBEARER against a
-    local OIDC server, and one whose certificate names another host."""
-    from kafka2pc.testing.secured import SecuredKafka  # noqa: PLC0415
-
-    if choose_backend() == "external":
-        pytest.skip("the secured listeners need the local JVM backend; KAFKA2PC_BOOTSTRAP is fixed")
-    try:
-        secured = SecuredKafka().start()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not provide the secured Kafka: {exc}", pytrace=False)
-    yield secured
-    failed = request.session.stash.get(_FAILED_WITH, set())
-    secured.close(keep_logs=id(secured.service) in failed)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
-from kafka2pc.testing.proxy_wire import (
+from kafka2pc_harness.proxy_wire import (
     MAX_FRAME_BYTES,
     PendingRequests,
     WireError,

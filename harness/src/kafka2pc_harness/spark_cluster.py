@@ -27,7 +27,7 @@ import attrs
 
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import require_tool
-from kafka2pc.testing.local import _die_with_parent, free_ports
+from kafka2pc.testing.local import die_with_parent, free_ports
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class _Daemon:
         self.process = subprocess.Popen(
             self.args, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, which then closes the cluster
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
         )
 
     @property

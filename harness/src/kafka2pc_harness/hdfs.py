@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kafka2pc.testing.jars import default_cache_dir, maven_dependencies, require_tool
 from kafka2pc.testing.local import free_ports
-from kafka2pc.testing.proxy import LOOPBACK
-from kafka2pc.testing.services import ServiceProcess
+from kafka2pc_harness.proxy import LOOPBACK
+from kafka2pc_harness.services import ServiceProcess
 
 HADOOP_VERSION = "3.4.1"
 _START_S = 120.0
@@ -32,7 +32,7 @@ def hdfs_jars(version: str = HADOOP_VERSION) -> Path:
     """The folder of the mini cluster's jars, resolved with Maven into the jar cache on first use."""
     return maven_dependencies(default_cache_dir() / f"hdfs-{version}", "hdfs-pom.xml", {"hadoop.version": version},
                               what=f"Hadoop's mini HDFS cluster {version}", expect="hadoop-minicluster-*.jar",
-                              runtime_only=False)
+                              runtime_only=False, package="kafka2pc_harness")
 
 
 def _site(path: Path, settings: dict[str, str]) -> None:

@@ -17,10 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kafka2pc.testing.certificates import Pki, make_pki
 from kafka2pc.testing.local import DEFAULT_JVM_OPTS, LocalKafkaCluster
-from kafka2pc.testing.oidc import AUDIENCE, OidcServer
 from kafka2pc.testing.settings import BrokerSettings
+from kafka2pc_harness.certificates import Pki, make_pki
+from kafka2pc_harness.oidc import AUDIENCE, OidcServer
 
 #: The SASL user of the ``sasl_ssl`` listener, for PLAIN and both SCRAM mechanisms.
 USER, PASSWORD = "alice", "alice-secret"

@@ -1,4 +1,4 @@
-"""Kafka framing for :mod:`kafka2pc.testing.proxy`, and the rewriting of the broker addresses that responses carry.
+"""Kafka framing for :mod:`kafka2pc_harness.proxy`, and the rewriting of the broker addresses that responses carry.
 
 A frame is a 4-byte big-endian length and that many bytes. A request starts with api_key (int16), api_version
 (int16) and correlation_id (int32) in every header version; a response starts with the correlation_id. Only the

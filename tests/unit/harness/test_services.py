@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kafka2pc.testing.errors import HarnessSetupError
-from kafka2pc.testing.services import ServiceProcess
+from kafka2pc_harness.services import ServiceProcess
 
 
 class Silent(ServiceProcess):

@@ -1,7 +1,7 @@
 """moto's S3-API app served by a process that can stop serving and serve again with its data (moto keeps it in
 memory, so restarting moto's own ``moto_server`` would lose it).
 
-    python -m kafka2pc.testing.s3_server --host 127.0.0.1 --port PORT
+    python -m kafka2pc_harness.s3_server --host 127.0.0.1 --port PORT
 
 ``SIGUSR1`` stops serving: the listening socket is closed (new connections are refused) and every open connection is
 shut down (a request in flight fails as when a server crashes). ``SIGUSR2`` listens again on the same port, with the

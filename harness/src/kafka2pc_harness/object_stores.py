@@ -14,8 +14,8 @@ from pathlib import Path
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import default_cache_dir, require_tool
 from kafka2pc.testing.local import free_ports
-from kafka2pc.testing.proxy import LOOPBACK
-from kafka2pc.testing.services import ServiceProcess
+from kafka2pc_harness.proxy import LOOPBACK
+from kafka2pc_harness.services import ServiceProcess
 
 FAKE_GCS_SERVER = "github.com/fsouza/fake-gcs-server@v1.56.1"
 AZURITE = "azurite@3"

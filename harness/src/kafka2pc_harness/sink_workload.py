@@ -1,5 +1,5 @@
 """A simulated sink job for chaos tests and benchmarks: P subtasks write, prepare and commit N checkpoints through
-the sink core, recovering first. Run it (``python -m kafka2pc.testing.sink_workload``), SIGKILL it anywhere, run it
+the sink core, recovering first. Run it (``python -m kafka2pc_harness.sink_workload``), SIGKILL it anywhere, run it
 again: it continues from its decision log. Each record is JSON ``{"c": checkpoint, "s": subtask, "i": index,
 "a": attempt}``; the decision of each checkpoint stores the attempt that wrote it, so a checker can tell decided
 records from undecided ones."""

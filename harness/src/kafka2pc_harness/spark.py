@@ -1,6 +1,6 @@
 """The Spark part of the test harness: Spark's Kafka connector from Maven Central, local SparkSessions for tests, and
-Spark drivers run as killable subprocesses. The standalone cluster is in :mod:`kafka2pc.testing.spark_cluster`;
-pytest fixtures in :mod:`kafka2pc.testing.spark_fixtures`.
+Spark drivers run as killable subprocesses. The standalone cluster is in :mod:`kafka2pc_harness.spark_cluster`;
+pytest fixtures in :mod:`kafka2pc_harness.pytest_plugin`.
 
 PySpark starts one JVM per Python process and allows one SparkContext in it: a test module shares one session, and a
 driver that a test kills runs in its own process (:func:`run_driver`).
@@ -27,8 +27,8 @@ from typing import IO, TYPE_CHECKING
 
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import default_cache_dir, require_tool
-from kafka2pc.testing.local import _die_with_parent
-from kafka2pc.testing.spark_cluster import (
+from kafka2pc.testing.local import die_with_parent
+from kafka2pc_harness.spark_cluster import (
     LOOPBACK,
     StandaloneSparkCluster,
     alive,
@@ -334,7 +334,7 @@ def run_driver(script_path: str | Path, args: Sequence[str] = (), *, env: Mappin
         process = subprocess.Popen(
             [sys.executable, "-u", str(script_path), *args], env=full_env, stdout=out, stderr=err,
             stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a tiny prctl call, before any thread exists in the child
         )
     log.info("started Spark driver %s (pid %d, output in %s)", script_path, process.pid, folder)
     return DriverProcess(process, stdout_path, stderr_path)
@@ -344,7 +344,7 @@ def run_driver(script_path: str | Path, args: Sequence[str] = (), *, env: Mappin
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kafka2pc.testing.spark jars [SPARK_VERSION]``: resolve Spark's Kafka connector ahead of tests."""
+    """``python -m kafka2pc_harness.spark jars [SPARK_VERSION]``: resolve Spark's Kafka connector ahead of tests."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     jars = commands.add_parser("jars", help="resolve spark-sql-kafka-0-10 and its dependencies with mvn")

@@ -2,7 +2,7 @@
 with a bucket, and the environment an S3 client's standard chain reads (``AWS_ENDPOINT_URL_S3``, keys, region).
 
 It honours conditional writes (``If-None-Match: *`` answers 412 when the key exists), which kafka2pc's decision log
-on S3 relies on. It is served by :mod:`kafka2pc.testing.s3_server` (the same app and request handler as moto's
+on S3 relies on. It is served by :mod:`kafka2pc_harness.s3_server` (the same app and request handler as moto's
 ``moto_server``), so that an outage (:meth:`S3Server.stop_serving`, :meth:`S3Server.serve_again`) closes the port
 and every connection while moto's in-memory data survives.
 
@@ -26,13 +26,13 @@ from pathlib import Path
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.jars import default_cache_dir, maven_dependencies
 from kafka2pc.testing.local import free_ports
-from kafka2pc.testing.proxy import LOOPBACK
-from kafka2pc.testing.services import ServiceProcess
+from kafka2pc_harness.proxy import LOOPBACK
+from kafka2pc_harness.services import ServiceProcess
 
 
 def pyspark_hadoop_version() -> str:
     """The Hadoop version of the installed pyspark's jars (``hadoop-client-api-<version>.jar``)."""
-    from kafka2pc.testing.spark_cluster import pyspark_home  # noqa: PLC0415 - pyspark is optional
+    from kafka2pc_harness.spark_cluster import pyspark_home  # noqa: PLC0415 - pyspark is optional
 
     for jar in (pyspark_home() / "jars").glob("hadoop-client-api-*.jar"):
         match = re.fullmatch(r"hadoop-client-api-(.+)\.jar", jar.name)
@@ -47,7 +47,7 @@ def s3a_jars(hadoop_version: str | None = None) -> list[Path]:
     version = hadoop_version or pyspark_hadoop_version()
     target = maven_dependencies(default_cache_dir() / f"s3a-{version}", "s3a-pom.xml", {"hadoop.version": version},
                                 what=f"Hadoop's S3A filesystem (hadoop-aws {version})", expect="hadoop-aws-*.jar",
-                                timeout_s=1800)
+                                timeout_s=1800, package="kafka2pc_harness")
     return sorted(target.glob("*.jar"))
 
 
@@ -116,7 +116,7 @@ class S3Server(ServiceProcess):
         except ImportError:
             raise HarnessSetupError("moto's server is missing: pip install 'moto[server]' (kafka2pc's dev extra)") \
                 from None
-        self._launch([sys.executable, "-m", "kafka2pc.testing.s3_server", "--host", LOOPBACK, "--port", str(self.port)],
+        self._launch([sys.executable, "-m", "kafka2pc_harness.s3_server", "--host", LOOPBACK, "--port", str(self.port)],
                      lambda: self._bucket_request("PUT"), timeout_s=30)
         return self
 
