@@ -143,7 +143,7 @@ def audit_topic(settings: Mapping[str, object], topic: str, decoder: RecordDecod
     try:
         import confluent_kafka  # noqa: PLC0415 - an optional dependency
     except ImportError as exc:
-        raise AuditError("kafka2pc audit reads with confluent-kafka: pip install kafka2pc[testing]") from exc
+        raise AuditError("kafka2pc audit reads with confluent-kafka: pip install kafka2pc[audit]") from exc
     config = librdkafka_config(settings)
     deadline = time.monotonic() + timeout_s
     try:

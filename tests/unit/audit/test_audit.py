@@ -243,7 +243,7 @@ def test_reading_is_bounded_by_the_timeout(monkeypatch):
 
 def test_without_confluent_kafka_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)
-    with pytest.raises(AuditError, match=r"pip install kafka2pc\[testing\]"):
+    with pytest.raises(AuditError, match=r"pip install kafka2pc\[audit\]"):
         audit_topic({"bootstrap.servers": "127.0.0.1:9092"}, "t", RecordDecoder())
 
 
