@@ -15,3 +15,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest files first (a stable sort: every file's tests keep their order, so module fixtures are set up once)."""
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+#: ``(test, text)`` a test recorded with ``record_property("ci_summary", text)``: figures the CI log must show (the
+#: wheel's size, what installing it pulled in), printed after the run, also from xdist workers
+_SUMMARIES: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _SUMMARIES.extend((report.nodeid, str(value)) for name, value in report.user_properties
+                          if name == "ci_summary")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SUMMARIES:
+        terminalreporter.section("figures for the CI log")
+        for nodeid, text in _SUMMARIES:
+            terminalreporter.write_line(f"{nodeid}:\n{text}")
