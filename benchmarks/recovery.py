@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, TransactionNamingStrategy, recover
+from kafka2pc.sink.integration import FileDecisionLog, TransactionalIdGrammar, TransactionNamingStrategy, recover
 from kafka2pc.testing.provider import bootstrap_or_local
 from kafka2pc.testing.verify import create_topic
 from kafka2pc.transaction_control import TransactionControl

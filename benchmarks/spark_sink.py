@@ -260,7 +260,7 @@ def settle_outside_spark(bootstrap: str, batches: int, rows_per_batch: int, work
     from kafka2pc.cluster import ClusterClient  # noqa: PLC0415
     from kafka2pc.config import ClientConfig  # noqa: PLC0415
     from kafka2pc.producer import TwoPhaseProducer  # noqa: PLC0415
-    from kafka2pc.sink import Committer, FileDecisionLog, PreparedTransaction  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer, FileDecisionLog, PreparedTransaction  # noqa: PLC0415
     from kafka2pc.sink.naming import TransactionalIdGrammar  # noqa: PLC0415
     from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
 

@@ -1,15 +1,16 @@
 """kafka2pc: Apache Kafka as a correct two-phase-commit participant (KIP-939).
 
-The public API is what this module exports, and the subpackages :mod:`kafka2pc.sink`, :mod:`kafka2pc.spark`,
-:mod:`kafka2pc.dualwrite`, :mod:`kafka2pc.audit` and :mod:`kafka2pc.testing`. Modules and packages whose names start
-with ``_`` are private. docs/design.md shows the layers.
+The public API is what this module exports (the producer, the transaction control and the errors they raise), and
+what the public packages and modules export: :mod:`kafka2pc.errors` (every error), :mod:`kafka2pc.config`,
+:mod:`kafka2pc.transaction_control` (the values :class:`TransactionControl` returns), :mod:`kafka2pc.sink`,
+:mod:`kafka2pc.spark`, :mod:`kafka2pc.dualwrite`, :mod:`kafka2pc.audit` and :mod:`kafka2pc.testing`; for someone
+adding an engine, :mod:`kafka2pc.sink.integration`. ``tests/unit/public_api.txt`` pins it; docs/integration-api.md
+describes it. Modules and packages whose names start with ``_`` are private. docs/design.md shows the layers.
 """
 
 from __future__ import annotations
 
-from kafka2pc.capabilities import BrokerCapabilities, probe_capabilities
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import ClientConfig, ProducerConfig
 from kafka2pc.errors import (
     AuthenticationError,
     AuthorizationError,
@@ -35,7 +36,7 @@ from kafka2pc.errors import (
 )
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer import State, TransactionOutcome, TwoPhaseProducer
-from kafka2pc.sink import TransactionNamingStrategy, abort_lingering
+from kafka2pc.sink import abort_lingering
 from kafka2pc.transaction_control import TransactionControl
 
 __version__ = "0.1.0.dev0"
@@ -43,9 +44,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AuthenticationError",
     "AuthorizationError",
-    "BrokerCapabilities",
     "BrokerUnavailableError",
-    "ClientConfig",
     "ClusterClient",
     "ConfigError",
     "DecidedNotCompletedError",
@@ -56,7 +55,6 @@ __all__ = [
     "KafkaProtocolError",
     "OutcomeUnknownError",
     "PreparedTxnState",
-    "ProducerConfig",
     "ProducerFencedError",
     "RecordTooLargeError",
     "RetriableError",
@@ -65,7 +63,6 @@ __all__ = [
     "TransactionAbortableError",
     "TransactionControl",
     "TransactionLostError",
-    "TransactionNamingStrategy",
     "TransactionOutcome",
     "TransactionOutcomeUnknownError",
     "TransactionStateError",
@@ -74,5 +71,4 @@ __all__ = [
     "UsageError",
     "__version__",
     "abort_lingering",
-    "probe_capabilities",
 ]

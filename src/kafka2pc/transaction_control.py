@@ -2,6 +2,11 @@
 commit a decided transaction, abort one exactly. Used by the sink's committer and recovery, the dual writer, the
 Spark sink and the CLI.
 
+A public module: :class:`TransactionControl` (also exported by :mod:`kafka2pc`) and every value its methods return
+(:class:`Settled` and its :class:`Fate`, :class:`ObservedTransaction`, :class:`ProducerIdentity`, ...) are exported
+here; docs/integration-api.md describes them. :class:`ControlTransport` is the seam the model-based tests plug a
+coordinator model into, not part of the API.
+
 Every ending goes through the core's :class:`~kafka2pc._core.completion.Completion`, the one machine that decides
 how a transaction ends, driven by the one driver over a transport (the wire's KafkaTransport on a real cluster, a
 coordinator model in the model-based tests).
@@ -17,7 +22,7 @@ import attrs
 
 from kafka2pc._core.completion import Completion, Goal, Settled
 from kafka2pc._core.driver import CoordinatorTransport, drive, drive_all
-from kafka2pc._core.judge import TransactionOutcome, end_version
+from kafka2pc._core.judge import Fate, TransactionOutcome, end_version
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import (
     IN_FLUX,
@@ -50,8 +55,9 @@ R = TypeVar("R")
 #: what :meth:`TransactionControl.abort_all_ongoing` reports of each id: what it aborted, None, or an error
 Aborted = ObservedTransaction | None | Exception
 
-__all__ = ["IN_FLUX", "ONGOING", "OPEN_STATES", "ControlTransport", "ObservedTransaction", "ProducerIdentity",
-           "Settled", "TransactionControl", "TransactionDescription", "TransactionListing", "TransactionOutcome"]
+__all__ = ["IN_FLUX", "ONGOING", "OPEN_STATES", "Fate", "InitAnswer", "ObservedTransaction",
+           "ProducerIdentity", "Settled", "TransactionControl", "TransactionDescription", "TransactionListing",
+           "TransactionOutcome"]
 
 
 class ControlTransport(CoordinatorTransport, Protocol):
@@ -217,7 +223,8 @@ class TransactionControl:
             raise result
         return result
 
-    def abort_all_ongoing(self, targets: Sequence[tuple[str, int | None]]) -> Sequence[Aborted]:
+    def abort_all_ongoing(
+            self, targets: Sequence[tuple[str, int | None]]) -> Sequence[ObservedTransaction | Exception | None]:
         """:meth:`abort_ongoing` of many ``(transactional_id, producer_id)`` at once: one round of
         DescribeTransactions, one of EndTxn (more only for what needs them); in order, each one's result or error."""
         looks = self.describe_all([txn_id for txn_id, _ in targets])

@@ -24,8 +24,9 @@ def main() -> int:
         from kafka2pc.config import redaction  # noqa: PLC0415
 
         redaction._scrub = lambda record: None
-    from kafka2pc import ClientConfig, Kafka2pcError, TransactionControl, TwoPhaseProducer  # noqa: PLC0415
+    from kafka2pc import Kafka2pcError, TransactionControl, TwoPhaseProducer  # noqa: PLC0415
     from kafka2pc.cluster import ClusterClient  # noqa: PLC0415
+    from kafka2pc.config import ClientConfig  # noqa: PLC0415
     from kafka2pc.dualwrite import DualWriter  # noqa: PLC0415
 
     topic = plan["topic"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from kafka2pc.audit import RecordDecoder, audit_topic
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import TransactionalIdGrammar
+from kafka2pc.sink.integration import TransactionalIdGrammar
 from kafka2pc.spark.state import SinkStore
 from kafka2pc.testing.verify import produce_orders
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from kafka2pc.sink import FileDecisionLog
+from kafka2pc.sink.integration import FileDecisionLog
 from kafka2pc.transaction_control import OPEN_STATES
 from tests.integration.producer_support import REPO
 from tests.integration.sink_support import workload_command

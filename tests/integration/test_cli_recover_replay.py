@@ -10,7 +10,7 @@ import pytest
 from kafka2pc import TwoPhaseProducer
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.testing.verify import read_records, values
 from kafka2pc.transaction_control import TransactionControl
 

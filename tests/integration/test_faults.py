@@ -18,7 +18,7 @@ from kafka2pc._core.states import State
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import BrokerUnavailableError, IncompleteListingError, Kafka2pcError, TransactionStateError
-from kafka2pc.sink import FileDecisionLog, recover
+from kafka2pc.sink.integration import FileDecisionLog, recover
 from kafka2pc.testing.verify import create_topic, end_offsets, read_records, values
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 from kafka2pc_harness.proxy import CUT, DROP, FaultProxy

@@ -13,7 +13,7 @@ import pytest
 
 from kafka2pc.cli import main as cli_main
 from kafka2pc.errors import DecisionConflictError, SinkStateMissingError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.sink.storage import open_folder
 from kafka2pc.spark.state import SinkStore
 

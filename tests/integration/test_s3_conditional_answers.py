@@ -15,7 +15,7 @@ import pytest
 
 from kafka2pc import PreparedTxnState
 from kafka2pc.errors import DecisionConflictError, RetriableError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.sink.storage import RemoteFolder
 from kafka2pc_harness.proxy import LOOPBACK
 

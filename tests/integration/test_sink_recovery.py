@@ -10,7 +10,7 @@ from kafka2pc import abort_lingering
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import DecisionLogCorruptError
-from kafka2pc.sink import FileDecisionLog, TransactionalIdGrammar, recover
+from kafka2pc.sink.integration import FileDecisionLog, TransactionalIdGrammar, recover
 from kafka2pc.testing.verify import end_offsets, read_records
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 from tests.integration.sink_support import leave_lingering, run_with_crashes, workload_command
@@ -151,7 +151,7 @@ def test_corrupt_decision_record_stops_recovery_before_any_abort(kafka, topic_fa
 
 def test_recorded_decision_is_rolled_forward_after_a_crash(broker, topic_factory, tmp_path):
     """The crash window that matters most: the decision is durable, its transactions are not completed yet."""
-    from kafka2pc.sink import Decision, SubtaskWriter  # noqa: PLC0415
+    from kafka2pc.sink.integration import Decision, SubtaskWriter  # noqa: PLC0415
 
     prefix = f"fwd{uuid.uuid4().hex[:6]}"
     topic = topic_factory(broker)

@@ -13,7 +13,7 @@ from kafka2pc import TwoPhaseProducer
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import DecisionConflictError
-from kafka2pc.sink import Committer, Decision, FileDecisionLog, SubtaskWriter, recover
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, SubtaskWriter, recover
 from kafka2pc.testing import BrokerSettings
 from kafka2pc.testing.verify import create_topic, end_offsets, read_records, values
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl

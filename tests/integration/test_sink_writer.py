@@ -8,7 +8,7 @@ from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import IdPoolExhaustedError
-from kafka2pc.sink import Committer, Decision, FileDecisionLog, SubtaskWriter
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, SubtaskWriter
 from kafka2pc.testing.verify import read_records, values
 from kafka2pc.transaction_control import TransactionControl
 

@@ -16,10 +16,9 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.taskcontext import TaskContext  # noqa: E402
 
-from kafka2pc import TransactionNamingStrategy  # noqa: E402
 from kafka2pc.cli import main as cli_main  # noqa: E402
 from kafka2pc.errors import BatchOverError, IdInUseError, WriteConflictError  # noqa: E402
-from kafka2pc.sink import FileDecisionLog  # noqa: E402
+from kafka2pc.sink.integration import FileDecisionLog, TransactionNamingStrategy  # noqa: E402
 from kafka2pc.spark.columns import Columns  # noqa: E402
 from kafka2pc.spark.driver import SinkDriver  # noqa: E402
 from kafka2pc.spark.options import SinkOptions  # noqa: E402

@@ -12,7 +12,7 @@ from kafka2pc.errors import (
     RecoveryIncompleteError,
     TransactionOutcomeUnknownError,
 )
-from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction, recover
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, PreparedTransaction, recover
 from kafka2pc.transaction_control import TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 from tests.model.support import TXN_ID, cluster, fate, prepared, producer

@@ -1,7 +1,7 @@
 import pytest
 
-from kafka2pc import ClientConfig
 from kafka2pc._wire.kafka_settings import kafka_python_kwargs
+from kafka2pc.config import ClientConfig
 from kafka2pc.errors import ConfigError
 
 

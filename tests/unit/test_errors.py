@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from kafka2pc import errors
-from kafka2pc.sink import RecoveryReport
+from kafka2pc.sink.integration import RecoveryReport
 from kafka2pc.testing import errors as harness_errors
 
 GROUPS = (errors.RetriableError, errors.TransactionAbortableError, errors.FatalError, errors.OutcomeUnknownError,

@@ -1,17 +1,17 @@
 """``kafka2pc audit``: did every id arrive exactly once? Duplicates, gaps, unreadable records and open transactions
 that pin a topic's last stable offset.
 
-Two parts: :func:`compute_report` (and the :class:`Tally` under it) turns ``(partition, offset, id-or-None)``
-entries and the partitions' end offsets into an :class:`AuditReport`, without a broker; :func:`audit_topic` reads a
-topic as a read_committed confluent-kafka consumer (librdkafka, an independent client) and asks the partition
-leaders which producers hold the LSO back.
+The public API is :func:`audit_topic` (what ``kafka2pc audit`` runs: it reads a topic as a read_committed
+confluent-kafka consumer, librdkafka being an independent client, and asks the partition leaders which producers hold
+the LSO back), the :class:`RecordDecoder` it takes and the :class:`AuditReport` it returns. Under it,
+:func:`kafka2pc.audit.tally.compute_report` turns ``(partition, offset, id-or-None)`` entries and the partitions' end
+offsets into a report without a broker.
 """
 
 from __future__ import annotations
 
 from kafka2pc.audit.decoding import RecordDecoder
-from kafka2pc.audit.open_transactions import describe_open_transactions
-from kafka2pc.audit.reader import EndOffsets, audit_topic, librdkafka_config
+from kafka2pc.audit.reader import audit_topic
 from kafka2pc.audit.report import (
     AuditReport,
     DuplicateExample,
@@ -21,9 +21,7 @@ from kafka2pc.audit.report import (
     PinnedPartition,
     RecordRef,
 )
-from kafka2pc.audit.tally import Entry, Tally, compute_report
 from kafka2pc.errors import AuditError
 
-__all__ = ["AuditError", "AuditReport", "DuplicateExample", "EndOffsets", "Entry", "GapRange", "GroupReport",
-           "OpenTransaction", "PinnedPartition", "RecordDecoder", "RecordRef", "Tally", "audit_topic",
-           "compute_report", "describe_open_transactions", "librdkafka_config"]
+__all__ = ["AuditError", "AuditReport", "DuplicateExample", "GapRange", "GroupReport", "OpenTransaction",
+           "PinnedPartition", "RecordDecoder", "RecordRef", "audit_topic"]

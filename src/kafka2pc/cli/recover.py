@@ -12,7 +12,8 @@ import attrs
 from kafka2pc.cli.connection import add_connection_args, client_config
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.errors import ConfigError
-from kafka2pc.sink import FileDecisionLog, RecoveryIncompleteError, RecoveryReport, recover
+from kafka2pc.sink import RecoveryIncompleteError
+from kafka2pc.sink.integration import FileDecisionLog, RecoveryReport, recover
 from kafka2pc.sink.recovery import resolve_for_replay
 from kafka2pc.transaction_control import TransactionControl
 

@@ -5,8 +5,7 @@ docs/configuration.md lists every key."""
 from __future__ import annotations
 
 from kafka2pc.config.client import ClientConfig
-from kafka2pc.config.keys import PRODUCER_KEYS
-from kafka2pc.config.producer import COMPRESSION_TYPES, ProducerConfig, max_block_ms
+from kafka2pc.config.producer import ProducerConfig
 from kafka2pc.config.redaction import Secret
 
-__all__ = ["COMPRESSION_TYPES", "PRODUCER_KEYS", "ClientConfig", "ProducerConfig", "Secret", "max_block_ms"]
+__all__ = ["ClientConfig", "ProducerConfig", "Secret"]

@@ -1,7 +1,7 @@
 """Coordinated DB + Kafka dual write: ``DualWriter(connection, config)``; docs/dual-write.md."""
 
 from kafka2pc.dualwrite.pool import DualWriterPool
-from kafka2pc.dualwrite.state_table import state_table_ddl
+from kafka2pc.dualwrite.state_table import state_table_ddl, state_table_upgrade_ddl
 from kafka2pc.dualwrite.writer import DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     DualWriteIncompleteError,
@@ -12,4 +12,5 @@ from kafka2pc.errors import (
 )
 
 __all__ = ["DualWriteIncompleteError", "DualWriteOutcomeUnknownError", "DualWriteRecoveryError", "DualWriteTransaction",
-           "DualWriteUsageError", "DualWriter", "DualWriterPool", "PoolTimeoutError", "state_table_ddl"]
+           "DualWriteUsageError", "DualWriter", "DualWriterPool", "PoolTimeoutError", "state_table_ddl",
+           "state_table_upgrade_ddl"]

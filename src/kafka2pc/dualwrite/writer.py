@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import PRODUCER_KEYS, ClientConfig, ProducerConfig
+from kafka2pc.config import ClientConfig, ProducerConfig
+from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import Lease
 from kafka2pc.dualwrite.outcome import CommitOutcome, judge_failed_commit

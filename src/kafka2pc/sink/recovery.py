@@ -12,7 +12,9 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import PRODUCER_KEYS, ClientConfig, max_block_ms
+from kafka2pc.config import ClientConfig
+from kafka2pc.config.keys import PRODUCER_KEYS
+from kafka2pc.config.producer import max_block_ms
 from kafka2pc.errors import (
     CommandRefusedError,
     Kafka2pcError,

@@ -1,7 +1,8 @@
 """kafka2pc's PySpark data source: ``df.writeStream.format("kafka2pc")`` and ``df.write.format("kafka2pc")``.
 
 Installed with ``pip install kafka2pc[spark]``, it is registered automatically (the ``pyspark_kafka2pc`` module);
-:func:`register` registers it explicitly. docs/spark.md has the options, guarantees and failure matrix.
+:func:`register` registers it explicitly (the data source class itself is
+:class:`kafka2pc.spark.source.Kafka2pcDataSource`). docs/spark.md has the options, guarantees and failure matrix.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from kafka2pc.spark.source import Kafka2pcDataSource
 __all__ = [
     "BatchOverError",
     "IdInUseError",
-    "Kafka2pcDataSource",
     "SinkStateMissingError",
     "StaleWriteVersionError",
     "WriteConflictError",

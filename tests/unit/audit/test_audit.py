@@ -16,9 +16,9 @@ from kafka2pc.audit import (
     RecordDecoder,
     RecordRef,
     audit_topic,
-    compute_report,
-    librdkafka_config,
 )
+from kafka2pc.audit.reader import librdkafka_config
+from kafka2pc.audit.tally import compute_report
 from kafka2pc.cli.audit import parse_range, render_report
 from kafka2pc.errors import AuditError, ConfigError
 

@@ -2,9 +2,8 @@
 
 import pytest
 
-from kafka2pc import ClientConfig
 from kafka2pc._wire.kafka_settings import kafka_python_kwargs
-from kafka2pc.config import jaas
+from kafka2pc.config import ClientConfig, jaas
 from kafka2pc.config.oauth import TokenSource
 from kafka2pc.errors import ConfigError
 

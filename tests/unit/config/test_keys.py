@@ -2,9 +2,8 @@
 
 import pytest
 
-from kafka2pc import ClientConfig, ProducerConfig
 from kafka2pc._wire.kafka_settings import kafka_python_kwargs
-from kafka2pc.config import keys
+from kafka2pc.config import ClientConfig, ProducerConfig, keys
 from kafka2pc.errors import ConfigError
 
 SCRAM = {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",

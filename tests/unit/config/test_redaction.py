@@ -3,8 +3,7 @@
 import logging
 import pickle
 
-from kafka2pc import ClientConfig
-from kafka2pc.config import Secret
+from kafka2pc.config import ClientConfig, Secret
 from kafka2pc.config.redaction import redact
 
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-from kafka2pc import ClientConfig
+from kafka2pc.config import ClientConfig
 from kafka2pc.errors import ConfigError
 
 PASSWORD = "store-pw-77"

@@ -10,7 +10,7 @@ import pytest
 from kafka2pc import TwoPhaseProducer
 from kafka2pc._core.messages import InitProducerId
 from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError
-from kafka2pc.sink import Committer, Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.transaction_control import TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 

@@ -4,7 +4,7 @@ import pytest
 
 from kafka2pc import PreparedTxnState
 from kafka2pc.errors import DecisionConflictError, DecisionLogCorruptError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction
 
 
 def decision(checkpoint: int, prefix: str = "job") -> Decision:

@@ -1,7 +1,7 @@
 import pytest
 
 from kafka2pc.errors import ConfigError, IdPoolExhaustedError
-from kafka2pc.sink import TransactionalIdPool, TransactionNamingStrategy
+from kafka2pc.sink.integration import TransactionalIdPool, TransactionNamingStrategy
 
 
 def test_pooling_reuses_released_ids_lowest_first():

@@ -1,7 +1,7 @@
 import pytest
 
 from kafka2pc.errors import ConfigError
-from kafka2pc.sink import TransactionalIdGrammar, TransactionNamingStrategy
+from kafka2pc.sink.integration import TransactionalIdGrammar, TransactionNamingStrategy
 from kafka2pc.sink.naming import ATTEMPT_SLOTS
 
 

@@ -10,7 +10,7 @@ import pytest
 from kafka2pc import TwoPhaseProducer
 from kafka2pc._core.messages import InitProducerId
 from kafka2pc.errors import CommandRefusedError, DecisionLogCorruptError, RecoveryIncompleteError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction, recover
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction, recover
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.recovery import abort_open_transactions, resolve_for_replay
 from kafka2pc.transaction_control import TransactionControl
@@ -89,7 +89,7 @@ def test_a_lost_checkpoint_resolved_for_replay_is_written_by_its_replay(transpor
     """The documented way out of a lost decision: resolve it, then replay the batch. Resolved as done, the replay is
     recognised as decided and aborted (its rows never written); resolved with replay=True (kafka2pc recover
     --resolve N --replay), the checkpoint is undecided again and the replay commits."""
-    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
 
     control = TransactionControl(transport)
     log = FileDecisionLog(tmp_path, "job")
@@ -129,7 +129,7 @@ def test_resolving_for_replay_fences_a_committer_still_rolling_the_decision_forw
     roll it forward (found by the adversarial review: the abandoned transaction committed, then its replay wrote the
     rows a second time): the still prepared one is aborted, and the late roll-forward commits nothing."""
     from kafka2pc.errors import TransactionLostError, TransactionOutcomeUnknownError  # noqa: PLC0415
-    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
 
     control = TransactionControl(transport)
     log = FileDecisionLog(tmp_path, "job")

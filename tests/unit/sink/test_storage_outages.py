@@ -12,7 +12,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from kafka2pc import PreparedTxnState
 from kafka2pc.errors import DecisionLogCorruptError, RetriableError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.sink.storage import HdfsFolder
 from kafka2pc.spark.state import SinkState, SinkStore
 from tests.unit.sink.outage_store import outage_folder

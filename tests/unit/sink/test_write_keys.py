@@ -4,7 +4,7 @@ refused; the newest decision carries every application's last version forward.""
 import pytest
 
 from kafka2pc.errors import ConfigError, StaleWriteVersionError
-from kafka2pc.sink import Decision
+from kafka2pc.sink.integration import Decision
 from kafka2pc.sink.write_keys import METADATA_KEY, Verdict, WriteKey, decided_versions, verdict, with_decided
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from kafka2pc.sink import Committer, FileDecisionLog, SubtaskWriter, TransactionalIdPool, recover
+from kafka2pc.sink.integration import Committer, FileDecisionLog, SubtaskWriter, TransactionalIdPool, recover
 from kafka2pc.transaction_control import TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 

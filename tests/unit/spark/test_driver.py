@@ -8,7 +8,7 @@ pytest.importorskip("pyspark")
 
 from kafka2pc.errors import BrokerUnavailableError, StaleWriteVersionError, WriteDecidedError
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.sink import Decision, PreparedTransaction
+from kafka2pc.sink.integration import Decision, PreparedTransaction
 from kafka2pc.sink.write_keys import METADATA_KEY, Verdict
 from kafka2pc.spark.driver import SinkDriver
 from kafka2pc.spark.options import SinkOptions

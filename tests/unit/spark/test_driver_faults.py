@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 
 from kafka2pc import PreparedTxnState
 from kafka2pc.errors import BrokerUnavailableError, OutcomeUnknownError, WriteConflictError
-from kafka2pc.sink import Decision, FileDecisionLog, PreparedTransaction
+from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction
 from kafka2pc.spark.driver import SinkDriver
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
@@ -110,7 +110,7 @@ def test_a_failed_commit_whose_decision_cannot_be_read_is_outcome_unknown(world)
 def test_a_committer_that_loses_the_record_race_aborts_what_it_offered(tmp_path):
     """The race inside Committer.settle: the look found checkpoint 4 undecided, another writer recorded it before
     this one's record. Before, DecisionConflictError escaped and this write's transactions stayed prepared."""
-    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
 
     control = Control()
     rival = Decision(4, [prepared(message(0, 90))])
@@ -168,8 +168,8 @@ def attrs_evolve(m: TaskMessage, **changes) -> TaskMessage:
 
 def settle_without_a_cluster(monkeypatch):
     """The committer's settle records the decision and takes every offered transaction as committed."""
-    from kafka2pc.sink import Committer  # noqa: PLC0415
     from kafka2pc.sink.committer import Settlement  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
 
     def settle(self, checkpoint, offered, metadata=None):
         self.decision_log.record(Decision(checkpoint, offered, metadata or {}))
@@ -184,7 +184,7 @@ def test_the_loser_of_a_record_race_never_aborts_the_winners_decided_transaction
     transaction, the winner's decided ones (not yet committed) included; the winner's completion then found them
     lost. The cleanup keeps the ids of every undone decision."""
     from kafka2pc import TwoPhaseProducer  # noqa: PLC0415
-    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
     from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
     from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport  # noqa: PLC0415
 
@@ -223,7 +223,7 @@ def test_a_write_deciding_its_own_checkpoint_never_aborts_another_writes_recorde
     """Found by the second adversarial review: the cleanup after a decision recorded now kept nothing, so a second
     write on the location that recorded a later checkpoint meanwhile had its decided transaction aborted."""
     from kafka2pc import TwoPhaseProducer  # noqa: PLC0415
-    from kafka2pc.sink import Committer  # noqa: PLC0415
+    from kafka2pc.sink.integration import Committer  # noqa: PLC0415
     from kafka2pc.transaction_control import TransactionControl  # noqa: PLC0415
     from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport  # noqa: PLC0415
 

@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kafka2pc import ClientConfig
 from kafka2pc._wire.kafka_settings import kafka_python_kwargs
 from kafka2pc._wire.tokens import RenewingTokens
+from kafka2pc.config import ClientConfig
 from kafka2pc.config.oauth import OAuthSettings, TokenSource
 from kafka2pc.config.redaction import Secret
 from kafka2pc.errors import AuthenticationError, ConfigError, TokenEndpointError
