@@ -1,4 +1,4 @@
-"""DualWriter: one database transaction and one Kafka transaction, committed atomically (DOMAIN.md §7).
+"""DualWriter: one database transaction and one Kafka transaction, committed atomically (docs/dual-write.md).
 
 Per transaction: lock the id's state row, write the application's rows and produce, prepare Kafka, store the
 prepared state in the row, commit the database (the commit point), complete Kafka. Recovery reads the row and
