@@ -23,3 +23,28 @@ def test_complete_marker_short_circuits_resolution(monkeypatch, tmp_path):
 def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("KAFKA2PC_JARS_DIR", str(tmp_path / "x"))
     assert jars.default_cache_dir() == tmp_path / "x"
+
+
+FAKE_MVN = """#!/bin/sh
+# a stand-in for Maven: record the pom it was given (-f) and 'resolve' one jar into -DoutputDirectory
+pom= out=
+while [ $# -gt 0 ]; do
+  case "$1" in -f) pom="$2"; shift;; -DoutputDirectory=*) out="${1#-DoutputDirectory=}";; esac; shift
+done
+cp "$pom" "$out/pom-given.xml" && touch "$out/artifact-1.0.jar"
+"""
+
+
+@pytest.mark.parametrize(("pom", "package", "names"), [
+    ("broker-pom.xml", "kafka2pc.testing", "kafka_2.13"),
+    ("hdfs-pom.xml", "kafka2pc_harness", "hadoop-minicluster"),
+])
+def test_the_pom_comes_from_its_package(monkeypatch, tmp_path, pom, package, names):
+    """The broker's pom ships in kafka2pc.testing; the harness's poms in kafka2pc_harness, which passes its package."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mvn").write_text(FAKE_MVN)
+    (tmp_path / "bin" / "mvn").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    target = jars.maven_dependencies(tmp_path / "cache" / "x", pom, {"v": "1"}, what="x", expect="artifact-*.jar",
+                                     package=package)
+    assert names in (target / "pom-given.xml").read_text() and (target / ".complete").exists()
