@@ -15,7 +15,7 @@ from typing import Any
 
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
-from kafka2pc.sink import (
+from kafka2pc.sink.integration import (
     Committer,
     Decision,
     FileDecisionLog,
