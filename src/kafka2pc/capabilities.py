@@ -8,7 +8,7 @@ import attrs
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 
-from kafka2pc._core.codes import error_name
+from kafka2pc._core import codes
 from kafka2pc._core.versions import INIT_PRODUCER_ID_2PC_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
 from kafka2pc._wire.cluster_client import ClusterClient
 from kafka2pc.transaction_control import TransactionControl
@@ -89,9 +89,9 @@ def probe_capabilities(
 
 
 _HINTS = {
-    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "the principal lacks WRITE or TWO_PHASE_COMMIT on the transactional id",
-    "UNSUPPORTED_VERSION": "the coordinator does not implement this request",
-    "INVALID_TXN_STATE": "the broker refused; transaction.two.phase.commit.enable may be off",
+    codes.Kind.UNAUTHORIZED: "the principal lacks WRITE or TWO_PHASE_COMMIT on the transactional id",
+    codes.Kind.UNSUPPORTED: "the coordinator does not implement this request",
+    codes.Kind.STALE: "the broker refused; transaction.two.phase.commit.enable may be off",
 }
 
 
@@ -99,8 +99,9 @@ def _try_init(
     control: TransactionControl, transactional_id: str, *, enable_2pc: bool, keep_prepared: bool
 ) -> tuple[bool, str]:
     answer = control.probe_init(transactional_id, enable_2pc=enable_2pc, keep_prepared=keep_prepared)
-    if answer.error == 0 and answer.identity is not None:
+    kind = codes.kind(answer.error)
+    if kind is codes.Kind.DONE and answer.identity is not None:
         return True, f"accepted (producer id {answer.identity.producer_id}, epoch {answer.identity.epoch})"
-    name = error_name(answer.error)
-    hint = _HINTS.get(name)
+    name = codes.error_name(answer.error)
+    hint = _HINTS.get(kind)
     return False, f"refused: {name}" + (f" ({hint})" if hint else "")

@@ -88,6 +88,22 @@ class BrokerUnavailableError(RetriableError):
     """No broker of the cluster could be reached, or a needed one did not answer in time."""
 
 
+class TransactionNotSettledError(BrokerUnavailableError):
+    """A commit or abort (or a look at what became of a transaction) got no answer that settles it: the coordinator
+    did not answer in time, answered an error that says nothing about the transaction, or kept it ongoing or still
+    writing its markers. It may or may not have ended; nothing was concluded. Call the same end again: it is exact
+    (conditional on the producer id and epoch) and idempotent, and a producer stays COMMITTING or ABORTING for it.
+    ``error_code`` is the broker's error code when one was answered."""
+
+    def __init__(self, transactional_id: str, requested: str, reason: str, *, error_code: int | None = None) -> None:
+        super().__init__(f"transaction {requested} of transactional id {transactional_id!r}: {reason}; whether it "
+                         "ended is not known yet: retry")
+        self.transactional_id = transactional_id
+        self.requested = requested
+        self.reason = reason
+        self.error_code = error_code
+
+
 class IncompleteListingError(BrokerUnavailableError):
     """ListTransactions could not be answered by every transaction coordinator, so a listing would miss
     transactions. Nothing was decided on it."""
@@ -106,6 +122,10 @@ class StorageUnavailableError(RetriableError):
 class IdInUseError(RetriableError):
     """The transactional id this Spark task attempt would write with has an open transaction of another attempt:
     this attempt stops without touching it, and Spark retries the task under the next attempt number (another id)."""
+
+
+class TokenEndpointError(RetriableError):
+    """The OAuth token endpoint could not be reached or did not answer; a later attempt may get a token."""
 
 
 # -- abortable -------------------------------------------------------------------------------------------------------
@@ -131,10 +151,6 @@ class AuthenticationError(FatalError):
     certificate (not trusted, or not naming the host). The message names the cause; no secret is in it."""
 
 
-class TokenEndpointError(RetriableError):
-    """The OAuth token endpoint could not be reached or did not answer; a later attempt may get a token."""
-
-
 class TransactionLostError(FatalError):
     """A commit was decided for a transaction the broker has already aborted (for example by timeout in fallback
     mode). Its records are not visible and never will be."""
@@ -152,7 +168,9 @@ class UnsupportedByBrokerError(FatalError):
 
 
 class KafkaProtocolError(FatalError):
-    """A broker answered a request with an error code that kafka2pc does not turn into something more specific."""
+    """A broker answered a request with an error code that kafka2pc does not turn into something more specific. A
+    producer that gets it is FATAL_ERROR, except in a commit or abort, which it leaves in progress (raising
+    :class:`TransactionNotSettledError` from it: the same end may be called again)."""
 
     def __init__(self, api: str, error_name: str, error_code: int, detail: str = "") -> None:
         message = f"{api} failed: {error_name} (error code {error_code})"
@@ -198,7 +216,8 @@ class TransactionOutcomeUnknownError(OutcomeUnknownError):
         self.observed = observed
         #: the producer id and epoch of another transaction ongoing on the id, if any
         self.other_pending = other_pending
-        #: the transaction may still be pending (the coordinator kept it ongoing or in flux): retrying may settle it
+        #: the transaction may still be pending. kafka2pc itself raises :class:`TransactionNotSettledError` then (a
+        #: retriable error: the same end may be called again); kept for code that builds this error
         self.still_pending = still_pending
 
 

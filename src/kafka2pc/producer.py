@@ -21,7 +21,7 @@ from kafka2pc._core.judge import TransactionOutcome
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import ClusterFacts, ObservedTransaction
 from kafka2pc._core.producer_core import ProducerCore
-from kafka2pc._core.resend import COORDINATOR_RETRY
+from kafka2pc._core.retry import COORDINATOR_RETRY
 from kafka2pc._core.setup import TWO_PHASE_SETTINGS
 from kafka2pc._core.states import State, TopicPartition
 from kafka2pc._data.produce import ProduceTransport
@@ -32,6 +32,7 @@ from kafka2pc._wire.kafka_transport import KafkaTransport
 from kafka2pc.config import ProducerConfig
 from kafka2pc.errors import (
     AuthorizationError,
+    FatalError,
     Kafka2pcError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -156,7 +157,10 @@ class TwoPhaseProducer:
         DescribeTransactions and completed with EndTxn under its own producer id and epoch: no InitProducerId is
         sent until it is settled, so nothing aborts it.
         """
-        facts = self._transport.cluster_facts()
+        try:
+            facts = self._transport.cluster_facts()
+        except FatalError as exc:  # e.g. a broker too old to say: the producer cannot go on (its state says so)
+            self._core.fatal(exc)
         held = self._run(self._core.init(
             keep_prepared=keep_prepared_txn, two_phase_wanted=self._config.two_phase_commit,
             init_producer_id_max_version=facts.init_producer_id_max_version,
@@ -240,16 +244,18 @@ class TwoPhaseProducer:
         return self._core.prepare()
 
     def commit_transaction(self) -> None:
-        """Commit the current (or recovered, prepared) transaction; flushes first when not prepared. After a
-        timeout (:class:`~kafka2pc.errors.BrokerUnavailableError`) it may be called again: it retries the same
-        commit."""
+        """Commit the current (or recovered, prepared) transaction; flushes first when not prepared. After
+        :class:`~kafka2pc.errors.TransactionNotSettledError` (a BrokerUnavailableError: a timeout, or answers that
+        settled nothing) the producer stays COMMITTING and this may be called again: it retries the same commit."""
         if self._core.name is State.IN_TRANSACTION:
             with self._sending():
                 self._sender.flush()
         self._ended(self._core.end(commit=True))
 
     def abort_transaction(self) -> None:
-        """Abort the current (or recovered) transaction; unsent records are dropped."""
+        """Abort the current (or recovered) transaction; unsent records are dropped. After
+        :class:`~kafka2pc.errors.TransactionNotSettledError` the producer stays ABORTING and this may be called
+        again."""
         operation = self._core.end(commit=False)
         self._sender.discard()
         self._ended(operation)
@@ -265,8 +271,11 @@ class TwoPhaseProducer:
         * :class:`~kafka2pc.errors.TransactionOutcomeUnknownError`: it is not pending and the coordinator no longer
           says how it ended (the id has run later transactions since): never a guess.
 
-        After a timeout (:class:`~kafka2pc.errors.BrokerUnavailableError`) it may be called again with the same
-        state; it retries the same decision.
+        * :class:`~kafka2pc.errors.TransactionLostError` and every other :class:`~kafka2pc.errors.FatalError` leave
+          the producer FATAL_ERROR (close it), whichever transaction it was about.
+
+        After :class:`~kafka2pc.errors.TransactionNotSettledError` (a BrokerUnavailableError: a timeout, or answers
+        that settled nothing) it may be called again with the same state; it retries the same decision.
         """
         requested = PreparedTxnState.parse(state) if isinstance(state, str) else state
         if not isinstance(requested, PreparedTxnState):

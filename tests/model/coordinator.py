@@ -69,6 +69,7 @@ TWO_PC_TIMEOUT = 2**31 - 1
 TRANSACTION_ABORTABLE = 120
 OUT_OF_ORDER_SEQUENCE = 45
 UNKNOWN_SERVER_ERROR = -1
+NOT_ENOUGH_REPLICAS = 19
 
 EMPTY, ONGOING, COMMITTED, ABORTED = "Empty", "Ongoing", "CompleteCommit", "CompleteAbort"
 
@@ -319,6 +320,9 @@ class Faults:
     failed_describes: list[bool] = attrs.Factory(list)
     retried_answers: list[bool] = attrs.Factory(list)
     lost_produce: list[bool] = attrs.Factory(list)
+    #: an EndTxn answered with an error that says nothing about it: "acted" (it ended the transaction, then the
+    #: answer was UNKNOWN_SERVER_ERROR) or "refused" (NOT_ENOUGH_REPLICAS, nothing done)
+    end_errors: list[str] = attrs.Factory(list)
 
     @staticmethod
     def take(queue: list[bool]) -> bool:
@@ -379,6 +383,11 @@ class ModelTransport:
             return self._apply(transactional_id, command)
         if Faults.take(self.faults.dropped_requests):
             return self._lost("the request was lost (model)")
+        if isinstance(command, EndTxn) and self.faults.end_errors:
+            acted = self.faults.end_errors.pop(0) == "acted"
+            if acted:
+                self._apply(transactional_id, command)
+            return EndAnswer(UNKNOWN_SERVER_ERROR if acted else NOT_ENOUGH_REPLICAS)
         answer = self._apply(transactional_id, command)
         if command.resend_safe and Faults.take(self.faults.retried_answers):
             return NoAnswer("the answer was lost; the machine sends it again (model)")

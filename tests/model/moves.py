@@ -1,6 +1,8 @@
 """Every move a producer makes, checked against the one statement of legal moves (kafka2pc._core.transitions):
 a call the table allows ends in one of the states it lists; a call it does not allow is refused and changes
-nothing."""
+nothing. And every error a call raises agrees with the state it leaves: a FatalError leaves FATAL_ERROR (and a call
+that makes the producer FATAL_ERROR raises one); a call that leaves an end in progress (COMMITTING, ABORTING) raises
+an error that says to call again (kafka2pc._core.ending)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from kafka2pc import PreparedTxnState, TwoPhaseProducer
 from kafka2pc._core.producer_core import _held
 from kafka2pc._core.states import State
 from kafka2pc._core.transitions import TRANSITIONS, Operation
-from kafka2pc.errors import TransactionStateError
+from kafka2pc.errors import FatalError, Kafka2pcError, TransactionStateError
 
 _OPERATIONS = {
     "init_transactions": Operation.INIT, "begin_transaction": Operation.BEGIN, "produce": Operation.WRITE,
@@ -58,6 +60,9 @@ class Checked:
                     assert (before, operation) not in TRANSITIONS, f"{name} refused in {before}, which the table allows"
                     assert self._producer.state is before, f"a refused {name} moved {before} to {self._producer.state}"
                 raise
+            except Kafka2pcError as error:
+                check_agreement(name, before, self._producer.state, error)
+                raise
             finally:
                 after = self._producer.state
                 if operation is not None and (before, operation) in TRANSITIONS:
@@ -66,3 +71,13 @@ class Checked:
                     self._moves.add((before, operation, after))
 
         return call
+
+
+def check_agreement(name: str, before: State, after: State, error: Kafka2pcError) -> None:
+    """The error a call raised agrees with the state it left the producer in."""
+    if isinstance(error, FatalError):
+        assert after is State.FATAL_ERROR, f"{name} raised {error!r}, a FatalError, and left the producer {after}"
+    elif after is State.FATAL_ERROR and before is not State.FATAL_ERROR:
+        raise AssertionError(f"{name} made the producer FATAL_ERROR but raised {error!r}, not a FatalError")
+    if after in (State.COMMITTING, State.ABORTING):
+        assert error.retriable(), f"{name} left the producer {after} but raised {error!r}, which is not retriable"

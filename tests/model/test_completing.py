@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 
 from kafka2pc import PreparedTxnState, TransactionOutcome
-from kafka2pc._core.messages import EndTxn, InitProducerId, ProducerIdentity
+from kafka2pc._core.messages import DescribeTransaction, EndTxn, InitProducerId, ProducerIdentity
 from kafka2pc._core.states import State
 from kafka2pc.errors import (
     BrokerUnavailableError,
     TransactionLostError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
+    UnsupportedByBrokerError,
 )
 from kafka2pc.transaction_control import TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
@@ -95,3 +97,47 @@ def test_an_abort_of_a_bare_handle_on_v2_ends_it_with_a_bump_when_it_is_ongoing(
     assert settled.outcome is TransactionOutcome.ABORTED
     assert [c for c in transport.sent[since:] if isinstance(c, EndTxn)] == [EndTxn(listed, False, 2)]
     assert transport.model.ids[TXN_ID].epoch == listed.epoch + 1
+
+
+@pytest.mark.parametrize("acted", [True, False])
+def test_an_end_answered_with_an_error_that_says_nothing_is_settled_by_what_the_coordinator_holds(acted):
+    """Before, such an answer raised KafkaProtocolError (a FatalError) and left the producer COMMITTING. Now the
+    coordinator is asked: the end landed (committed), or it did not and is sent again (committed too)."""
+    transport = cluster(2)
+    decided = prepared(transport, b"a")
+    successor = producer(transport)
+    assert successor.init_transactions(keep_prepared_txn=True) == decided
+    transport.faults.end_errors.append("acted" if acted else "refused")
+    before = len(transport.sent)
+    assert successor.complete_transaction(decided) is TransactionOutcome.COMMITTED
+    assert fate(transport, decided) == "committed" and transport.model.committed_records() == [b"a"]
+    assert [type(c) for c in transport.sent[before:]] == \
+        ([EndTxn, DescribeTransaction] if acted else [EndTxn, DescribeTransaction, EndTxn])
+    assert successor.state is State.RECOVERED_IDLE  # the model resumes at the protocol level (no keepPreparedTxn)
+
+
+def test_an_end_that_stays_unsettled_keeps_the_decision_and_says_to_retry():
+    transport = cluster(2)
+    decided = prepared(transport, b"a")
+    successor = producer(transport)
+    assert successor.init_transactions(keep_prepared_txn=True) == decided
+    transport.faults.end_errors.extend(["refused"] * 3)
+    with pytest.raises(TransactionNotSettledError) as raised:
+        successor.complete_transaction(decided)
+    assert raised.value.retriable() and not raised.value.fatal()
+    assert successor.state is State.COMMITTING and fate(transport, decided) is None
+    assert successor.complete_transaction(decided) is TransactionOutcome.COMMITTED
+
+
+def test_a_fatal_error_before_the_core_runs_still_leaves_the_producer_fatal():
+    """init_transactions reads the cluster's versions first; a broker that cannot say is a FatalError, and the
+    producer is FATAL_ERROR with it (before, it stayed UNINITIALIZED)."""
+    class TooOld(ModelTransport):
+        def cluster_facts(self):
+            raise UnsupportedByBrokerError("the broker has no ApiVersions for DescribeFeatures")
+
+    young = TooOld(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    lonely = producer(young)
+    with pytest.raises(UnsupportedByBrokerError):
+        lonely.init_transactions()
+    assert lonely.state is State.FATAL_ERROR

@@ -23,7 +23,7 @@ from kafka2pc.dualwrite import (
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
-from kafka2pc.errors import ConfigError
+from kafka2pc.errors import ConfigError, UsageError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 from .test_dual_write import connect, db_ids
@@ -299,6 +299,17 @@ def test_an_id_that_needs_an_operator_at_the_pools_start_is_benched_and_the_pool
     assert db_ids(path) == cluster.kafka_ids() == [1]
 
 
+def test_a_closed_pool_refuses_a_transaction_as_a_misuse_not_a_configuration(tmp_path):
+    cluster, path = Cluster(), tmp_path / "a.db"
+    pool = cluster.pool(lambda: pconnect(path), size=1)
+    order(pool, 1)
+    pool.close()
+    with pytest.raises(UsageError, match="'shop' is closed") as raised:
+        order(pool, 2)
+    assert not isinstance(raised.value, ConfigError)
+    assert db_ids(path) == cluster.kafka_ids() == [1]
+
+
 def test_a_sqlite_connection_bound_to_its_thread_is_refused_at_once(tmp_path):
     cluster, path = Cluster(), tmp_path / "a.db"
     with pytest.raises(ConfigError, match="check_same_thread=False"):
@@ -377,8 +388,8 @@ def test_a_forked_child_can_neither_use_nor_close_the_parents_pool(tmp_path):
         code = 3
         try:
             order(pool, 2)
-        except ConfigError as exc:
-            code = 0 if "before a fork" in str(exc) else 4
+        except UsageError as exc:  # a misuse (where the pool is made), not a configuration
+            code = 0 if "before a fork" in str(exc) and not isinstance(exc, ConfigError) else 4
         finally:
             pool.close()  # what the child's atexit does at its exit (os._exit: not pytest's own handlers)
             os._exit(code)

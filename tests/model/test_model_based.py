@@ -315,8 +315,11 @@ class ProducerAgainstModel(RuleBasedStateMachine):
 
             self.transport.execute(TXN_ID, InitProducerId(60_000, enable_2pc=self.two_phase))
 
-    @rule(kind=st.sampled_from(["lost", "dropped", "retried", "produce"]))
+    @rule(kind=st.sampled_from(["lost", "dropped", "retried", "produce", "end acted", "end refused"]))
     def network_fault(self, kind: str) -> None:
+        if kind.startswith("end"):  # an EndTxn answered with an error that says nothing about it
+            self.faults.end_errors.append(kind.split()[1])
+            return
         queue = {"lost": self.faults.lost_answers, "dropped": self.faults.dropped_requests,
                  "retried": self.faults.retried_answers, "produce": self.faults.lost_produce}[kind]
         queue.append(True)
@@ -353,6 +356,7 @@ class ProducerAgainstModel(RuleBasedStateMachine):
         self.faults.dropped_requests.clear()
         self.faults.retried_answers.clear()
         self.faults.lost_produce.clear()
+        self.faults.end_errors.clear()
         final = self._new_producer()
         final.init_transactions(keep_prepared_txn=True)
         with contextlib.suppress(TransactionOutcomeUnknownError):

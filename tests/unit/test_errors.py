@@ -2,7 +2,9 @@
 (Spark ships a task's exception to the driver, multiprocessing between processes)."""
 
 import inspect
+import pathlib
 import pickle
+import re
 
 import pytest
 
@@ -27,6 +29,7 @@ ARGUMENTS = {
     errors.TransactionStateError: ("produce", "PREPARED", "only complete may follow"),
     errors.TransactionLostError: ("orders-0", 5, 3, "the broker aborted it"),
     errors.TransactionOutcomeUnknownError: ("orders-0", "5:3", "the id moved on"),
+    errors.TransactionNotSettledError: ("orders-0", "5:3", "EndTxn answered UNKNOWN_SERVER_ERROR"),
     errors.RecoveryIncompleteError: (RecoveryReport((1,), ("p-0-0",), (), (), 0.5, (2,)),
                                      {2: errors.TransactionLostError("p-0-1", 5, 3, "aborted")}),
 }
@@ -65,6 +68,7 @@ def test_the_outcome_unknown_error_keeps_what_is_known():
 
 @pytest.mark.parametrize(("error", "retriable", "fatal", "abort"), [
     (errors.BrokerUnavailableError("down"), True, False, False),
+    (errors.TransactionNotSettledError("t", "5:3", "no answer"), True, False, False),  # call the same end again
     (errors.TransactionAbortableError("write failed"), False, False, True),
     (errors.ProducerFencedError("fenced"), False, True, False),
     (errors.TransactionOutcomeUnknownError("t", "5:3", "moved on"), False, False, False),
@@ -85,3 +89,36 @@ def test_todays_names_are_still_caught_where_users_catch_them():
     for cls in (DualWriteIncompleteError, DecisionConflictError, IdPoolExhaustedError, WriteConflictError,
                 WriteDecidedError):
         assert cls.__module__ == "kafka2pc.errors"
+
+
+def test_the_not_settled_error_keeps_its_code_through_pickle():
+    error = errors.TransactionNotSettledError("orders-0", "5:3", "EndTxn answered UNKNOWN_SERVER_ERROR", error_code=-1)
+    error.__cause__ = errors.KafkaProtocolError("EndTxn", "UNKNOWN_SERVER_ERROR", -1)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.transactional_id, copy.requested, copy.error_code) == ("orders-0", "5:3", -1)
+    assert "whether it ended is not known yet: retry" in str(copy)
+    assert isinstance(copy, errors.BrokerUnavailableError)  # caught where a timed-out end always was
+
+
+def design_error_table() -> dict[str, tuple[str, str]]:
+    """docs/design.md's table of errors: class -> (its group, what the caller does)."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    section = text[text.index("## One classification of errors"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = (cells[1].strip("`"), cells[2])
+    return rows
+
+
+def test_design_md_lists_every_error_class_under_its_group_with_what_to_do():
+    rows = design_error_table()
+    public = {cls.__name__: cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+              if issubclass(cls, errors.Kafka2pcError) and cls.__module__ == errors.__name__}
+    assert set(rows) == set(public) - {"Kafka2pcError"}, (set(public) - set(rows), set(rows) - set(public))
+    for name, (group, does) in rows.items():
+        assert getattr(errors, group) in GROUPS, (name, group)
+        assert issubclass(public[name], getattr(errors, group)), (name, group)
+        assert len(does) > 10, name

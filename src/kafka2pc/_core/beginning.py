@@ -118,7 +118,7 @@ class Bumping:
         if isinstance(answer, NoAnswer):
             self.state = attrs.evolve(self.state, bump_in_doubt=True)
             raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}; the bump of "
-                                         f"{mine} may be retried")
+                                         f"{mine} may be retried") from answer.cause
         if isinstance(answer, Described):
             observed = answer.observed
             if observed is None:  # expired; a fresh InitProducerId could abort a successor's new transaction
@@ -137,7 +137,7 @@ class Bumping:
             return self.setup.init(expected=mine)
         if not isinstance(answer, InitAnswer):
             raise TypeError(f"unexpected answer {answer!r}")
-        if answer.error == codes.NONE and answer.identity is not None:
+        if codes.kind(answer.error) is codes.Kind.DONE and answer.identity is not None:
             self.state = Ready(self.setup, answer.identity, max(0, self.state.bumps_due - 1))
             return self.start()
         error = init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
@@ -208,11 +208,12 @@ class Beginning:
                 self.state = self._bumping.state
             return self._after_bumping(step)
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}")
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}") \
+                from answer.cause
         if isinstance(answer, Described):
             return self._take_over(answer)
         if not isinstance(answer, InitAnswer):
             raise TypeError(f"unexpected answer {answer!r}")
-        if answer.error != codes.NONE or answer.identity is None:
+        if codes.kind(answer.error) is not codes.Kind.DONE or answer.identity is None:
             raise init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
         return self._bump(Ready(self.setup, answer.identity, fresh_bumps(self.setup.transaction_version)))

@@ -28,21 +28,16 @@ from kafka2pc._core.messages import (
     ObservedTransaction,
     ProducerIdentity,
 )
-from kafka2pc._core.retry import Retry
+from kafka2pc._core.retry import END_AGAIN, END_LOOKS, FENCE_SILENCES, Retry
 from kafka2pc._core.setup import FENCE_TIMEOUT_MS
 from kafka2pc.errors import (
     AuthorizationError,
-    BrokerUnavailableError,
-    KafkaProtocolError,
     TransactionLostError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
+    UnsupportedByBrokerError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
-
-#: requests of a fence left unanswered before the abort is reported as not fenced (each may take a timeout)
-_FENCE_SILENCES = 4
-#: EndTxn requests sent for one goal before a transaction that stays ongoing is reported
-_ENDS = 3
 
 
 class Goal(enum.Enum):
@@ -83,16 +78,6 @@ class Settled:
     fenced: bool | None = None
 
 
-def _lookup_policy(max_look_ups: int) -> Retry:
-    return _LOOKS if max_look_ups == _LOOK_UPS else Retry(total=max(0, max_look_ups - 1), backoff_s=0.01,
-                                                              max_backoff_s=0.5)
-
-
-#: look-ups while the coordinator writes markers, before a completion reports the fate unknown
-_LOOK_UPS = 40
-_LOOKS = Retry(total=_LOOK_UPS - 1, backoff_s=0.01, max_backoff_s=0.5)
-
-
 class Completion:
     """Drives one transaction of one transactional id to a :class:`Goal`, finishing with :class:`Settled`.
 
@@ -100,17 +85,19 @@ class Completion:
     id and epoch, and answered with NONE when retried after it succeeded. Only an error or a lost answer costs a
     DescribeTransactions and a :func:`~kafka2pc._core.judge.judge`. With ``fence_after_abort`` (protocol v1, where an
     abort does not bump the epoch) a successful abort is followed by an InitProducerId bump of the same identity, so
-    a zombie writer cannot reopen the transaction; it fails harmlessly if the id has moved on.
+    a zombie writer cannot reopen the transaction; it fails harmlessly if the id has moved on. ``looks`` bounds the
+    DescribeTransactions while the coordinator writes markers.
 
     Raises :class:`~kafka2pc.errors.TransactionLostError` when a commit is impossible (aborted, or never started),
     :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` when the fate cannot be known,
-    :class:`~kafka2pc.errors.BrokerUnavailableError` when the coordinator did not answer (the same goal may be
-    retried) and :class:`~kafka2pc.errors.AuthorizationError`/:class:`~kafka2pc.errors.KafkaProtocolError` on other
-    errors.
+    :class:`~kafka2pc.errors.TransactionNotSettledError` when nothing settled it (the coordinator did not answer,
+    kept it ongoing or in flux): the same goal may be retried; :class:`~kafka2pc.errors.AuthorizationError` and
+    :class:`~kafka2pc.errors.UnsupportedByBrokerError` when EndTxn is refused for good. What a failure leaves a
+    producer in is :func:`~kafka2pc._core.ending.failed_end`'s to say.
     """
 
     def __init__(self, transactional_id: str, requested: PreparedTxnState, goal: Goal, transaction_version: int, *,
-                 fence_after_abort: bool = False, look_first: bool = False, max_look_ups: int = _LOOK_UPS):
+                 fence_after_abort: bool = False, look_first: bool = False, looks: Retry = END_LOOKS):
         if requested.is_empty and goal is not Goal.LOOK_UP:
             raise ValueError("only a non-empty transaction can be committed or aborted")
         self.transactional_id = transactional_id
@@ -120,11 +107,13 @@ class Completion:
         self.fence_after_abort = fence_after_abort
         #: abort a transaction ongoing at exactly its identity with EndTxn v5 (see :meth:`aborting`)
         self._v5_when_ongoing = look_first and goal is Goal.ABORT
-        self._look_policy = _lookup_policy(max_look_ups)
-        self._looks = Looks(self._look_policy)
-        self._ends_left = _ENDS
+        self._look_policy = looks
+        self._looks = Looks(looks)
+        #: EndTxn sent again after a look found the transaction still ongoing (the first one is not counted)
+        self._ends_again = END_AGAIN.started()
         self._last_observed: ObservedTransaction | None = None
-        self._fence_silences = 0  # requests of the fence that got no answer (each may have waited a full timeout)
+        #: requests of the fence that got no answer (each may have waited a full timeout)
+        self._fence_silences = FENCE_SILENCES.started()
         self._sent_version = transaction_version
         self._last_answer = ""
         self.phase = Phase.LOOKING_FIRST if self._v5_when_ongoing else Phase.ENDING
@@ -161,19 +150,17 @@ class Completion:
             return self._describe(self.phase)
         return self._end()
 
-    def _end(self) -> EndTxn:
-        self._ends_left -= 1
+    def _end(self, after_s: float = 0.0) -> EndTxn:
         observed = self._last_observed
         ongoing_now = observed is not None and observed.state == ONGOING and observed.identity == self._identity
         self._sent_version = 2 if self._v5_when_ongoing and ongoing_now else self.transaction_version
         self.phase = Phase.ENDING
-        return EndTxn(self._identity, self.goal is Goal.COMMIT, self._sent_version)
+        return EndTxn(self._identity, self.goal is Goal.COMMIT, self._sent_version, after_s=after_s)
 
     def _describe(self, phase: Phase = Phase.LOOKING) -> DescribeTransaction:
         look = self._looks.next()
         if look is None:
-            raise self._unknown(f"no settled answer after {self._looks.count} look-ups ({self._last_answer})",
-                                still_pending=True)
+            raise self._not_settled(f"no settled answer after {self._looks.count} look-ups ({self._last_answer})")
         self.phase = phase
         return look
 
@@ -197,29 +184,37 @@ class Completion:
                                        else Phase.LOOKING)
         if isinstance(answer, NoAnswer) and phase is Phase.ENDING and self._fences_after_abort:
             # the v4 abort may have landed: look, rather than leave a live writer free to reopen the transaction
+            self._last_answer = f"EndTxn: {answer.reason}"
             return self._describe(Phase.CHECKING_LOST_ABORT)
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"transaction {self.requested} of {self.transactional_id!r}: "
-                                         f"{answer.reason}; whether it ended is not known yet: retry")
+            raise self._not_settled(answer.reason) from answer.cause
         raise TypeError(f"unexpected answer {answer!r}")
 
     def _after_end(self, answer: EndAnswer) -> Command | Finished[Settled]:
-        if answer.error == codes.NONE:
+        kind = codes.kind(answer.error)
+        if kind is codes.Kind.DONE:
             if self._fences_after_abort:
                 self._looks = Looks(self._look_policy)
                 return self._describe(Phase.FENCE_LOOKING)
             outcome = TransactionOutcome.COMMITTED if self.goal is Goal.COMMIT else TransactionOutcome.ABORTED
             return Finished(Settled(outcome, Fate.COMMITTED if self.goal is Goal.COMMIT else Fate.ABORTED,
                                     "EndTxn accepted", ended_now=True, next_identity=answer.next_identity))
-        self._last_answer = f"EndTxn answered {codes.error_name(answer.error)}"
-        kind = codes.kind(answer.error)
+        name = codes.error_name(answer.error)
+        self._last_answer = f"EndTxn answered {name}"
         if kind is codes.Kind.UNAUTHORIZED:
             raise AuthorizationError(f"the principal may not end transactions of {self.transactional_id!r}: grant "
                                      "WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
-        if kind not in (codes.Kind.FENCED, codes.Kind.STALE):
-            raise KafkaProtocolError("EndTxn", codes.error_name(answer.error), answer.error,
-                                     f"transaction {self.requested} of {self.transactional_id!r}")
-        return self._describe()  # not where the request assumed: perhaps a retry of an end that succeeded
+        if kind is codes.Kind.UNSUPPORTED:
+            raise UnsupportedByBrokerError(f"the coordinator of {self.transactional_id!r} refused EndTxn of "
+                                           f"transaction {self.requested} under transaction protocol "
+                                           f"v{self._sent_version} ({name})")
+        if kind in (codes.Kind.FENCED, codes.Kind.STALE, codes.Kind.UNKNOWN_ID) or not self._fences_after_abort:
+            # not where the request assumed (perhaps a retry of an end that succeeded), or an error that says
+            # nothing about the transaction: the coordinator answers, so look, and judge what it holds
+            return self._describe()
+        # an error that says nothing, after a v4 abort of a writer that may live: it may have landed, as after a
+        # lost answer
+        return self._describe(Phase.CHECKING_LOST_ABORT)
 
     def _fence_step(self, answer: Answer) -> Command | Finished[Settled]:
         """v1, after the abort: bump the aborted identity, so a zombie writer cannot reopen a transaction at it —
@@ -246,9 +241,10 @@ class Completion:
             if kind is codes.Kind.COORDINATOR_BUSY:
                 return self._describe(Phase.FENCE_LOOKING)  # it may have acted; look before anything else
             return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
-        if isinstance(answer, NoAnswer) and self._fence_silences < _FENCE_SILENCES and self._looks.left:
+        silence = self._fence_silences.next() if isinstance(answer, NoAnswer) else None
+        if silence is not None and self._looks.left:
             # a look or a fence without an answer: look (again), then bump if the id is still at this identity
-            self._fence_silences += 1
+            self._fence_silences = silence
             return self._describe(Phase.FENCE_LOOKING)
         if isinstance(answer, NoAnswer):
             return self._fenced(False, f"aborted; the fence got no answer: {answer.reason}")
@@ -264,9 +260,12 @@ class Completion:
         if fate is Fate.PENDING:
             if self.goal is Goal.LOOK_UP:
                 return Finished(Settled(None, fate, verdict.reason, pending=self._identity))
-            if self._ends_left <= 0:
-                raise self._unknown(f"still ongoing after repeated EndTxn ({self._last_answer})", still_pending=True)
-            return self._end()
+            again = self._ends_again.next()
+            if again is None:
+                raise self._not_settled(f"still ongoing after {self._ends_again.tries + 1} EndTxn requests "
+                                        f"({self._last_answer})")
+            self._ends_again = again
+            return self._end(again.delay_s)
         if fate is Fate.COMMITTED:
             if self.goal is Goal.ABORT:
                 return Finished(Settled(TransactionOutcome.COMMITTED, fate, verdict.reason))
@@ -286,10 +285,12 @@ class Completion:
         observed = self._last_observed
         return None if observed is None else observed.identity
 
-    def _unknown(self, reason: str, pending: ProducerIdentity | None = None, *,
-                 still_pending: bool = False) -> TransactionOutcomeUnknownError:
+    def _unknown(self, reason: str, pending: ProducerIdentity | None = None) -> TransactionOutcomeUnknownError:
         return TransactionOutcomeUnknownError(self.transactional_id, str(self.requested), reason,
                                               observed=None if self._last_observed is None
                                               else str(self._last_observed),
-                                              other_pending=None if pending is None else str(pending),
-                                              still_pending=still_pending)
+                                              other_pending=None if pending is None else str(pending))
+
+    def _not_settled(self, reason: str) -> TransactionNotSettledError:
+        """Nothing settled the goal: the same goal may be retried (the transaction may still be pending)."""
+        return TransactionNotSettledError(self.transactional_id, str(self.requested), reason)

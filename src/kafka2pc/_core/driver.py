@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from kafka2pc._core.machine import Finished, Machine
+from kafka2pc._core.machine import Finished, Machine, failure
 from kafka2pc._core.messages import Answer, Command
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,17 @@ class CoordinatorTransport(Protocol):
 
 
 def drive(transport: CoordinatorTransport, transactional_id: str, machine: Machine[R]) -> R:
-    """Run ``machine`` for ``transactional_id`` until it finishes; its errors propagate."""
+    """Run ``machine`` for ``transactional_id`` until it finishes; its errors propagate. An error the transport
+    raises instead of answering goes through the machine first (:func:`~kafka2pc._core.machine.failure`)."""
     step = machine.start(transport.now())
     while not isinstance(step, Finished):
-        answer = transport.execute(transactional_id, step)
+        try:
+            answer = transport.execute(transactional_id, step)
+        except Exception as error:
+            raised = failure(machine, error)
+            if raised is error:
+                raise
+            raise raised from error
         step = machine.on_answer(answer, transport.now())
     return step.result
 

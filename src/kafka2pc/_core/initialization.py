@@ -111,14 +111,15 @@ class Initialization:
     def on_answer(self, answer: Answer, now: float | None = None) -> Command | Finished[Initialized]:
         """The next command, or the result."""
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"initialising transactional id {self.transactional_id!r}: {answer.reason}")
+            raise BrokerUnavailableError(f"initialising transactional id {self.transactional_id!r}: "
+                                         f"{answer.reason}") from answer.cause
         phase = self.phase
         if phase is Phase.READ_MAX_TIMEOUT and isinstance(answer, ConfigValue):
             return self._after_max_timeout(answer.value)
         if phase is Phase.READ_TWO_PHASE_CONFIG and isinstance(answer, ConfigValue):
             return self._after_two_phase_config(answer.value)
         if phase is Phase.PROBE_WRITE and isinstance(answer, InitAnswer):
-            if answer.error == codes.NONE:
+            if codes.kind(answer.error) is codes.Kind.DONE:
                 raise AuthorizationError(
                     f"the principal may write with transactional id {self.transactional_id!r} but not use "
                     "two-phase commit: grant TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
@@ -145,20 +146,21 @@ class Initialization:
 
     def _after_init(self, answer: InitAnswer) -> Command | Finished[Initialized]:
         code = answer.error
-        if code == codes.NONE and answer.identity is not None:
+        kind = codes.kind(code)
+        if kind is codes.Kind.DONE and answer.identity is not None:
             if self.phase is Phase.KEEP and answer.ongoing is not None and answer.ongoing.producer_id >= 0:
                 return Finished(Initialized(self.setup, answer.identity,
                                             answer.ongoing.state(self.transaction_version), kept_by_broker=True))
             return Finished(Initialized(self.setup, answer.identity))
-        if self.phase is Phase.KEEP and code == codes.UNSUPPORTED_VERSION:
+        if self.phase is Phase.KEEP and kind is codes.Kind.UNSUPPORTED:
             # keepPreparedTxn is not implemented: resume at the protocol level, without any InitProducerId
             self.phase = Phase.DESCRIBE
             return DescribeTransaction()
-        if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and self.two_phase:
+        if kind is codes.Kind.UNAUTHORIZED and self.two_phase:
             # the broker answers this both when 2PC is off and when an ACL is missing: its config tells which
             self.phase = Phase.READ_TWO_PHASE_CONFIG
             return ReadBrokerConfig(_TWO_PHASE_CONFIG)
-        if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and self._two_phase_wanted:
+        if kind is codes.Kind.UNAUTHORIZED and self._two_phase_wanted:
             raise self._missing_both()  # refused even without Enable2Pc: WRITE is missing too
         raise init_error(self.transactional_id, code, self.timeout_ms)
 

@@ -4,10 +4,7 @@ backoff, until a :class:`~kafka2pc._core.retry.Retry` policy allows no more."""
 from __future__ import annotations
 
 from kafka2pc._core.messages import DescribeTransaction
-from kafka2pc._core.retry import Retry
-
-#: looks while an end writes its markers, before a begin gives up (the coordinator is busy for milliseconds)
-BUSY_LOOKS = Retry(total=19, backoff_s=0.01, max_backoff_s=0.2)
+from kafka2pc._core.retry import BUSY_LOOKS, Retry
 
 
 class Looks:

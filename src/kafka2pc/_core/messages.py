@@ -219,10 +219,13 @@ class ConfigValue:
 @attrs.frozen
 class NoAnswer:
     """The request got no answer in time (connection lost, timed out): it may or may not have acted. ``sent``
-    False: it certainly never reached a broker (its coordinator could not be found, no connection took it)."""
+    False: it certainly never reached a broker (its coordinator could not be found, no connection took it).
+    ``cause``: the exception the edge saw, when there was one; a machine that raises on a NoAnswer chains it
+    (``raise ... from answer.cause``)."""
 
     reason: str
     sent: bool = True
+    cause: BaseException | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
 Answer = InitAnswer | EndAnswer | AddAnswer | Described | ConfigValue | NoAnswer

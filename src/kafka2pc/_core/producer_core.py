@@ -4,9 +4,10 @@ Each state (:mod:`~kafka2pc._core.states`) is a frozen value carrying what the n
 setup, the producer's identity, whose transaction is being ended and under which producer id and epoch. Each
 operation (:meth:`ProducerCore.begin`, :meth:`~ProducerCore.end`, :meth:`~ProducerCore.complete` ...) is checked
 against :data:`~kafka2pc._core.transitions.TRANSITIONS` and returns a :class:`~kafka2pc._core.machine.Machine`: the
-driver runs it, and the core takes its result (or failure) into its state. Illegal calls raise
+driver runs it, and the core takes its result (or failure, the edge's included) into its state. Illegal calls raise
 :class:`~kafka2pc.errors.TransactionStateError` and change nothing; a failed operation leaves the state from which
-it may be retried, or FATAL_ERROR.
+it may be retried, or FATAL_ERROR, and a :class:`~kafka2pc.errors.FatalError` always leaves FATAL_ERROR. What a
+failed end leaves is :func:`~kafka2pc._core.ending.failed_end`'s to say.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import attrs
 from kafka2pc._core import codes
 from kafka2pc._core.beginning import FATAL, Beginning, fresh_bumps, identity_after_handover
 from kafka2pc._core.completion import Completion, Goal, Settled
+from kafka2pc._core.ending import failed_end
 from kafka2pc._core.initialization import Initialization, Initialized
 from kafka2pc._core.judge import Fate, TransactionOutcome, end_version
 from kafka2pc._core.machine import Finished, Machine
 from kafka2pc._core.messages import AddAnswer, AddPartitions, Answer, Command, NoAnswer, ObservedTransaction
 from kafka2pc._core.requests import Immediately, Request
-from kafka2pc._core.resend import COORDINATOR_RETRY, Resending
-from kafka2pc._core.retry import Retry
+from kafka2pc._core.resend import Resending
+from kafka2pc._core.retry import COORDINATOR_RETRY, Retry
 from kafka2pc._core.setup import TransactionSetup, fenced
 from kafka2pc._core.states import (
     Closed,
@@ -47,11 +49,9 @@ from kafka2pc._core.states import (
 from kafka2pc._core.transitions import Operation, allowed
 from kafka2pc.errors import (
     AuthorizationError,
-    KafkaProtocolError,
-    RetriableError,
+    FatalError,
     TransactionAbortableError,
     TransactionLostError,
-    TransactionOutcomeUnknownError,
     TransactionStateError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
@@ -62,8 +62,8 @@ R = TypeVar("R")
 
 class _Operation(Generic[R]):
     """One operation of the core, as a machine: runs ``inner``; ``done`` turns its result into the operation's, or
-    into a machine whose result is the operation's; ``progress`` sees each step; ``failed`` turns an error into the
-    one to raise."""
+    into a machine whose result is the operation's; ``progress`` sees each step; ``failed`` turns an error (the
+    machine's, or one the edge raised instead of answering) into the one to raise."""
 
     def __init__(self, inner: Machine[Any], done: Callable[[Any], Finished[R] | Machine[Any]],
                  failed: Callable[[Exception], Exception], progress: Callable[[], None] = lambda: None):
@@ -91,10 +91,14 @@ class _Operation(Generic[R]):
             raised = self._failed(error)
             if raised is error:
                 raise
-            raise raised from None
+            raise raised from error
         if not isinstance(result, Finished):
             self._progress()
         return result
+
+    def on_failure(self, error: Exception) -> Exception:
+        """The edge raised ``error`` instead of answering: the operation's failure, as for its machine's errors."""
+        return self._failed(error)
 
 
 class ProducerCore:
@@ -169,7 +173,8 @@ class ProducerCore:
         return self._operation(plan, done, self._fatal_if_fatal)
 
     def _fatal_if_fatal(self, error: Exception) -> Exception:
-        if isinstance(error, FATAL):
+        """A failure outside an end: a FatalError (or a configuration the broker refuses) leaves FATAL_ERROR."""
+        if isinstance(error, (*FATAL, FatalError)) and not isinstance(self.state, Fatal | Closed):
             self.state = Fatal(error)
         return error
 
@@ -215,7 +220,7 @@ class ProducerCore:
 
     def _after_add(self, added: frozenset[TopicPartition], answer: Answer) -> Finished[None]:
         state = self.open_transaction()
-        if isinstance(answer, AddAnswer) and answer.error == codes.NONE:
+        if isinstance(answer, AddAnswer) and codes.kind(answer.error) is codes.Kind.DONE:
             self.state = attrs.evolve(state, partitions=state.partitions | added)
             return Finished(None)
         if isinstance(answer, NoAnswer):
@@ -303,8 +308,8 @@ class ProducerCore:
         assert isinstance(ending, Ending)
         if settled.outcome is not (TransactionOutcome.COMMITTED if ending.commit else TransactionOutcome.ABORTED):
             # an abort found the transaction committed: another producer completed it under this identity
-            self.fatal(fenced(self.transactional_id, f"its transaction {ending.target} was committed by another "
-                                                     f"producer ({settled.detail})"))
+            raise fenced(self.transactional_id, f"its transaction {ending.target} was committed by another producer "
+                                                f"({settled.detail})")
         if settled.fenced is False:
             log.warning("%r: %s aborted, but its writer could not be fenced (%s): if that writer is alive it could "
                         "still write at this epoch; stop it, or abort again with TransactionControl",
@@ -327,16 +332,11 @@ class ProducerCore:
 
     def _end_failed(self, error: Exception) -> Exception:
         state = self.state
-        if not isinstance(state, Ending) or isinstance(error, RetriableError) or _retryable(error):
-            return error  # the transaction may still be pending: Ending stays, the same decision may be retried
-        if state.owner is Owner.RESUMED:
-            self.state = Unowned(state.setup)  # settled as far as it can be; the producer carries on
-            return error
-        if isinstance(error, TransactionOutcomeUnknownError):
-            # this producer's own transaction is no longer the id's: a newer producer took the id over
-            error = fenced(self.transactional_id, f"ending its transaction {state.target}: {error.reason}")
-        self.state = Fatal(error)
-        return error
+        if not isinstance(state, Ending):  # the end succeeded; the report of another transaction failed
+            return self._fatal_if_fatal(error)
+        left = failed_end(self.transactional_id, state, error)
+        self.state = left.state
+        return left.error
 
     def _ended(self, commit: bool, report: PreparedTxnState | None) -> Machine[TransactionOutcome]:
         """What follows an end (unwrapped: it runs inside the end's operation): the report's look-up, or the
@@ -354,7 +354,7 @@ class ProducerCore:
         held = _held(state)
         if held is None:
             self._check(Operation.LOOK_UP)
-            return Resending(self._look_up_plan(requested), self._retry)
+            return self._operation(self._look_up_plan(requested), Finished, self._fatal_if_fatal)
         if requested == held and not requested.is_empty:
             self._check(Operation.COMPLETE_HELD)
             if held.transaction_version is None and isinstance(state, Recovered):
@@ -388,13 +388,6 @@ class ProducerCore:
     def close(self) -> None:
         """Closed; nothing is sent."""
         self.state = Closed()
-
-
-def _retryable(error: Exception) -> bool:
-    """Whether an end that failed with ``error`` may still be pending, so the same decision must stay retryable."""
-    if isinstance(error, TransactionOutcomeUnknownError):
-        return error.still_pending
-    return isinstance(error, KafkaProtocolError)
 
 
 def _held(state: CoreState) -> PreparedTxnState | None:

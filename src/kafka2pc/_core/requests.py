@@ -62,7 +62,8 @@ class LookUntilSettled:
     def on_answer(self, answer: Answer, now: float | None = None) -> Command | Finished[ObservedTransaction | None]:
         """Look again while in flux; else what the coordinator reported."""
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}")
+            raise BrokerUnavailableError(f"transactional id {self.transactional_id!r}: {answer.reason}") \
+                from answer.cause
         if not isinstance(answer, Described):
             raise TypeError(f"unexpected answer {answer!r}")
         observed = answer.observed

@@ -1,19 +1,22 @@
 """Whether to send a command again: the decision the wire layer used to make out of the machines' sight.
 
 The transport only reports what happened: an answer (with its error code), or :class:`NoAnswer` (``sent`` says
-whether the request may have reached a broker). :class:`Resending` wraps a machine and, by the command's
-:attr:`resend_safe`, sends it again itself — after a lost answer, or a coordinator that moved, is loading or is busy
-(:data:`~kafka2pc._core.codes.COORDINATOR_RETRIABLE`) — with the backoff of its :class:`~kafka2pc._core.retry.Retry`,
-until the policy's time runs out. Then, and for every command that is not safe to repeat, the machine itself gets
-the answer, a lost one as :class:`NoAnswer`. A guarded bump (InitProducerId expecting an identity) is never sent
+whether the request may have reached a broker; ``cause`` is the exception it saw). :class:`Resending` wraps a
+machine and, by the command's :attr:`resend_safe`, sends it again itself — after a lost answer, or a coordinator that
+moved, is loading or is busy (:attr:`~kafka2pc._core.codes.Kind.COORDINATOR_BUSY`) — with the backoff of its
+:class:`~kafka2pc._core.retry.Retry` (:data:`~kafka2pc._core.retry.COORDINATOR_RETRY`), until the policy's time runs
+out. Then, and for every command that is not safe to repeat, the machine itself gets the answer, a lost one as
+:class:`NoAnswer` (carrying the last cause). A guarded bump (InitProducerId expecting an identity) is never sent
 again here, not even when it certainly never reached a broker: it was decided on a look, and sent later, after a
 backoff, it could land on a successor's newer transaction (Kafka checks only the producer id of an Ongoing one and
 aborts it). Its machine looks again instead.
 
 So "what happens when EndTxn times out": EndTxn is safe to repeat (Kafka answers NONE to a retry of an end that
 succeeded), so it is sent again with backoff until ``max.block.ms``; then the
-:class:`~kafka2pc._core.completion.Completion` gets a NoAnswer and raises BrokerUnavailableError, and the producer
-stays COMMITTING or ABORTING, from where the same decision may be retried.
+:class:`~kafka2pc._core.completion.Completion` gets a NoAnswer and raises
+:class:`~kafka2pc.errors.TransactionNotSettledError` (a BrokerUnavailableError, retriable), and
+:func:`~kafka2pc._core.ending.failed_end` keeps the producer COMMITTING or ABORTING, from where the same decision may
+be retried.
 """
 
 from __future__ import annotations
@@ -23,21 +26,20 @@ from typing import Generic, TypeVar
 import attrs
 
 from kafka2pc._core import codes
-from kafka2pc._core.machine import Finished, Machine
+from kafka2pc._core.machine import Finished, Machine, failure
 from kafka2pc._core.messages import Answer, Command, NoAnswer
-from kafka2pc._core.retry import Retry
+from kafka2pc._core.retry import COORDINATOR_RETRY, Retry
 
 R = TypeVar("R")
-
-#: the coordinator requests' policy unless told otherwise (the deadline is the caller's max.block.ms)
-COORDINATOR_RETRY = Retry(timeout_s=60.0, backoff_s=0.05, max_backoff_s=1.0)
+#: COORDINATOR_RETRY is retry.py's, named here too for the modules that import it from here
+__all__ = ["COORDINATOR_RETRY", "Resending", "why_again"]
 
 
 def why_again(command: Command, answer: Answer) -> str | None:
     """Why ``command`` may be sent again after ``answer`` (None: it may not, or need not)."""
     if isinstance(answer, NoAnswer):
         return answer.reason if command.resend_safe else None
-    if command.resend_safe and answer.error in codes.COORDINATOR_RETRIABLE:
+    if command.resend_safe and codes.kind(answer.error) is codes.Kind.COORDINATOR_BUSY:
         return codes.error_name(answer.error)
     return None
 
@@ -70,9 +72,15 @@ class Resending(Generic[R]):
             if retry is not None:
                 self._retry = retry
                 return attrs.evolve(command, after_s=retry.delay_s)
+            lost = answer if isinstance(answer, NoAnswer) else None
             answer = NoAnswer(f"{type(command).__name__} got no usable answer {tries.describe()} (last: "
-                              f"{problem})", sent=not isinstance(answer, NoAnswer) or answer.sent)
+                              f"{problem})", sent=lost is None or lost.sent, cause=None if lost is None else lost.cause)
         return self._sending(self.inner.on_answer(answer, now), now)
+
+    def on_failure(self, error: Exception) -> Exception:
+        """The transport failed the command in progress with ``error`` instead of answering: the inner machine's
+        say on it (:func:`~kafka2pc._core.machine.failure`)."""
+        return failure(self.inner, error)
 
     def _sending(self, step: Command | Finished[R], now: float | None) -> Command | Finished[R]:
         if not isinstance(step, Finished):

@@ -1,9 +1,12 @@
-"""The one retry policy: how often and how long to try again, with backoff and jitter.
+"""The one retry policy, and every policy and counter of kafka2pc's loops: how often and how long to try again.
 
-An immutable value, after urllib3's ``Retry``: :meth:`Retry.started` begins a series of tries and :meth:`Retry.next`
-returns the value of the next try (its :attr:`~Retry.delay_s` says how long to wait first), or None when the
-policy allows no more. Time is passed in (``now``, a monotonic clock reading), never read here: the sans-IO
-machines get it from their driver, the I/O edge from its clock. Without ``now`` only the count limits.
+:class:`Retry` is an immutable value, after urllib3's ``Retry``: :meth:`Retry.started` begins a series of tries and
+:meth:`Retry.next` returns the value of the next try (its :attr:`~Retry.delay_s` says how long to wait first), or
+None when the policy allows no more. Time is passed in (``now``, a monotonic clock reading), never read here: the
+sans-IO machines get it from their driver, the I/O edge from its clock. Without ``now`` only the count limits.
+
+Below it, every loop's policy, by who runs it. A loop that only counts has ``backoff_s=0`` (it sends at once, after
+a look that took a round trip). No loop keeps a count of its own: a new bound is a policy here.
 """
 
 from __future__ import annotations
@@ -61,3 +64,39 @@ class Retry:
         if self.timeout_s is not None:
             return f"within {self.timeout_s:g} s"
         return f"after {self.tries + 1} tries"
+
+
+# -- every policy, by who runs it --------------------------------------------------------------------------------------
+
+#: coordinator commands that may be sent again (:mod:`~kafka2pc._core.resend`), after a lost answer or a coordinator
+#: that moved, loads or is busy; the deadline is the caller's ``max.block.ms`` (or TransactionControl's timeout)
+COORDINATOR_RETRY = Retry(timeout_s=60.0, backoff_s=0.05, max_backoff_s=1.0)
+#: DescribeTransactions while an end writes its markers, before a begin (a bump, a takeover) gives up: the
+#: coordinator is busy for milliseconds (:class:`~kafka2pc._core.looks.Looks` in ``Bumping``, ``Beginning``)
+BUSY_LOOKS = Retry(total=19, backoff_s=0.01, max_backoff_s=0.2)
+#: DescribeTransactions of a completion (after an error, to learn a fate, around a v1 fence) while the coordinator
+#: writes markers, before the completion says it is not settled: 40 looks, under 20 s
+END_LOOKS = Retry(total=39, backoff_s=0.01, max_backoff_s=0.5)
+#: EndTxn sent again for one goal after a look found the transaction still ongoing at its identity (3 in all),
+#: before the completion says it is not settled
+END_AGAIN = Retry(total=2, backoff_s=0.0)
+#: unanswered requests of a v1 fence (each may have waited a full timeout) looked past, before the abort is
+#: reported as not fenced
+FENCE_SILENCES = Retry(total=4, backoff_s=0.0)
+#: TransactionControl.wait_until_settled: a look every 50 ms; its caller gives the time limit
+SETTLE_LOOKS = Retry(backoff_s=0.05, factor=1.0)
+#: the I/O edge's reads of cluster metadata and configs (and ListTransactions per broker): a second's backoff at
+#: most, for as long as the caller blocks (the client's timeout)
+READS = Retry(backoff_s=0.1, max_backoff_s=1.0)
+#: a whole ListTransactions fan-out, listed again when the coordinators moved during it (3 in all)
+LISTING_ROUNDS = Retry(total=2, backoff_s=0.0)
+#: the longest pause between Produce retries unless the producer's ``retry.backoff.ms`` is longer (Kafka's default
+#: ``retry.backoff.max.ms``)
+PRODUCE_MAX_BACKOFF_MS = 1000
+
+
+def produce_retry(backoff_ms: int, delivery_timeout_ms: int) -> Retry:
+    """The data plane's Produce retries: ``retry.backoff.ms`` doubling up to :data:`PRODUCE_MAX_BACKOFF_MS` (or the
+    base itself, when that is longer), with Kafka's 20 % jitter, within ``delivery.timeout.ms``."""
+    return Retry(timeout_s=delivery_timeout_ms / 1000, backoff_s=backoff_ms / 1000, factor=2.0,
+                 max_backoff_s=max(backoff_ms, PRODUCE_MAX_BACKOFF_MS) / 1000, jitter=0.2)

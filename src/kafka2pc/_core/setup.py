@@ -45,6 +45,6 @@ def init_error(transactional_id: str, code: int, timeout_ms: int) -> Exception:
     if kind is codes.Kind.UNAUTHORIZED:
         return AuthorizationError(f"the principal may not use transactional id {transactional_id!r}: grant WRITE "
                                   "on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
-    if code == codes.INVALID_TRANSACTION_TIMEOUT:
+    if kind is codes.Kind.TIMEOUT_REFUSED:
         return ConfigError("transaction.timeout.ms", f"{timeout_ms} exceeds the broker's transaction.max.timeout.ms")
     return KafkaProtocolError("InitProducerId", codes.error_name(code), code, f"transactional id {transactional_id!r}")

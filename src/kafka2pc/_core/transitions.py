@@ -49,9 +49,10 @@ TRANSITIONS: Mapping[tuple[State, Operation], frozenset[State]] = MappingProxyTy
     (S.UNINITIALIZED, Op.INIT): frozenset({S.READY, S.RECOVERED_PREPARED, S.RECOVERED_IDLE, S.UNINITIALIZED,
                                           S.FATAL_ERROR}),
     (S.RECOVERED_IDLE, Op.BEGIN): frozenset({S.IN_TRANSACTION, S.RECOVERED_IDLE, S.READY, S.FATAL_ERROR}),
-    (S.RECOVERED_IDLE, Op.LOOK_UP): frozenset({S.RECOVERED_IDLE}),
+    # a report that the transaction named was lost (TransactionLostError, a FatalError) leaves the producer fatal
+    (S.RECOVERED_IDLE, Op.LOOK_UP): frozenset({S.RECOVERED_IDLE, S.FATAL_ERROR}),
     (S.READY, Op.BEGIN): frozenset({S.IN_TRANSACTION, S.READY, S.FATAL_ERROR}),
-    (S.READY, Op.LOOK_UP): frozenset({S.READY}),
+    (S.READY, Op.LOOK_UP): frozenset({S.READY, S.FATAL_ERROR}),
     (S.IN_TRANSACTION, Op.WRITE): _WRITE,
     (S.IN_TRANSACTION, Op.PREPARE): _WRITE | {S.PREPARED},  # it flushes first
     (S.IN_TRANSACTION, Op.COMMIT): _COMMIT | _WRITE,  # it flushes first

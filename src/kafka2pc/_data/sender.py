@@ -3,8 +3,10 @@
 
 One send round is in flight at a time, with at most one batch per partition per round, so a retried batch (same
 bytes, same sequence number) can never overtake a later one; the idempotent producer's sequence numbers then make
-retries exactly-once. A batch the broker refuses as too large is split in two and its sequence numbers assigned anew
-(nothing later of its partition has been framed yet).
+retries exactly-once. Rounds that must be sent again wait under the one retry policy
+(:func:`~kafka2pc._core.retry.produce_retry`: ``retry.backoff.ms`` doubling, with jitter, within
+``delivery.timeout.ms``); a round that needs no retry ends the series. A batch the broker refuses as too large is
+split in two and its sequence numbers assigned anew (nothing later of its partition has been framed yet).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import cast
 
 from kafka2pc._core import codes
 from kafka2pc._core.messages import ProducerIdentity
+from kafka2pc._core.retry import Retry, produce_retry
 from kafka2pc._data.accumulator import Batch, RecordAccumulator, TopicPartition
 from kafka2pc._data.partitioner import key_partition, key_partitions
 from kafka2pc._data.produce import FramedBatch, ProduceCall, ProduceReply, ProduceTransport
@@ -71,6 +74,9 @@ class RecordSender:
         self._sticky: dict[str, tuple[int, int]] = {}
         self._round: _Round | None = None
         self._unsent_since: float | None = None
+        self._retry_policy = produce_retry(config.retry_backoff_ms, config.delivery_timeout_ms)
+        #: the series of retried rounds under way (None: the last round needed no retry)
+        self._retries: Retry | None = None
         self._retry_after = 0.0
         self._timeout_ms = int(config.client.options.get("request_timeout_ms", 30_000))
 
@@ -83,13 +89,19 @@ class RecordSender:
         self._v2 = transaction_version >= 2
         self._before_send = before_send
         self._sticky.clear()
+        self._retries, self._retry_after = None, 0.0
 
     # -- adding records ----------------------------------------------------------------------------------------------
 
     def _partitions(self, topic: str) -> dict[int, int]:
+        """Partition -> leader of ``topic``. A broker that does not answer is retriable (BrokerUnavailableError);
+        one that answers with an error (the topic does not exist) fails the transaction: abort it."""
         leaders = self._leaders.get(topic)
         if leaders is None:
-            leaders = self._leaders[topic] = self._transport.partition_leaders(topic)
+            try:
+                leaders = self._leaders[topic] = self._transport.partition_leaders(topic)
+            except KafkaProtocolError as exc:
+                raise TransactionAbortableError(f"the partitions of topic {topic!r} cannot be read: {exc}") from exc
         return leaders
 
     def _count(self, topic: str) -> int:
@@ -216,6 +228,9 @@ class RecordSender:
                     leader = self._partitions(batch.topic).get(batch.partition, -1)
                 self._frame(batch)
                 by_node.setdefault(leader, []).append(batch)
+        except TransactionAbortableError:
+            self._accumulator.clear()
+            raise
         except (BrokerUnavailableError, KafkaProtocolError) as exc:
             self._accumulator.clear()
             raise TransactionAbortableError(f"could not send: {exc}") from exc
@@ -257,11 +272,11 @@ class RecordSender:
             for batch in batches:
                 code, message = answer.get((batch.topic, batch.partition), (codes.UNKNOWN_TOPIC_OR_PARTITION, ""))
                 kind = codes.kind(code)
-                if kind is codes.Kind.DONE:
+                if kind in (codes.Kind.DONE, codes.Kind.DUPLICATE):
                     continue
                 if kind is codes.Kind.TOO_LARGE and batch.count > 1:
                     self._split(batch)
-                elif kind in (codes.Kind.PARTITION_BUSY, codes.Kind.COORDINATOR_BUSY):
+                elif kind in (codes.Kind.PARTITION_BUSY, codes.Kind.UNKNOWN_TOPIC, codes.Kind.COORDINATOR_BUSY):
                     self._retry([batch])
                     retried = True
                 elif kind is codes.Kind.FENCED:
@@ -278,8 +293,21 @@ class RecordSender:
         if failure is not None:
             self._accumulator.clear()
             raise failure
-        if retried:
-            self._retry_after = time.monotonic() + self._config.retry_backoff_ms / 1000
+        self._after_round(retried)
+
+    def _after_round(self, retried: bool) -> None:
+        """The next retry of the series under way, or the series' end: a round that needed none ends it."""
+        if not retried:
+            self._retries = None
+            return
+        now = time.monotonic()
+        series = self._retries or self._retry_policy.started(now)
+        following = series.next(now)
+        if following is None:
+            raise TransactionAbortableError(f"records not acknowledged within delivery.timeout.ms="
+                                            f"{self._config.delivery_timeout_ms} ({series.tries} retried rounds)")
+        self._retries = following
+        self._retry_after = now + following.delay_s
 
     def _retry(self, batches: list[Batch]) -> None:
         for batch in reversed(batches):
@@ -317,6 +345,7 @@ class RecordSender:
         """Drop everything unsent, and wait (bounded) for the round in flight: the transaction is being aborted."""
         self._accumulator.clear()
         self._unsent_since = None
+        self._retries, self._retry_after = None, 0.0
         if self._round is not None:
             future, self._round = self._round[0], None
             try:

@@ -17,11 +17,13 @@ import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from kafka2pc._core import codes
 from kafka2pc._core.codes import error_name
+from kafka2pc._core.retry import READS
 from kafka2pc._wire.connection_lanes import ConnectionLanes
 from kafka2pc._wire.kafka_settings import kafka_python_kwargs
 from kafka2pc._wire.refusals import refusal, refusal_aware_client
-from kafka2pc._wire.retrying import READS, TRANSIENT, with_retry
+from kafka2pc._wire.retrying import TRANSIENT, with_retry
 from kafka2pc.config import ClientConfig
 from kafka2pc.errors import (
     AuthorizationError,
@@ -135,10 +137,11 @@ class ClusterClient:
         for entry in response.topics:
             if entry.name != topic:
                 continue
-            if entry.error_code != 0:
+            if codes.kind(entry.error_code) is not codes.Kind.DONE:
                 raise KafkaProtocolError("Metadata", error_name(entry.error_code), entry.error_code, f"topic {topic!r}")
             return {p.partition_index: p.leader_id for p in entry.partitions}
-        raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", 3, f"topic {topic!r}")
+        missing = codes.UNKNOWN_TOPIC_OR_PARTITION
+        raise KafkaProtocolError("Metadata", error_name(missing), missing, f"topic {topic!r}")
 
     # -- requests ----------------------------------------------------------------------------------------------
 
@@ -222,7 +225,7 @@ class ClusterClient:
             log.debug("batched FindCoordinator failed (%r): looking up one id at a time", exc)
             return
         for answer in response.coordinators:
-            if answer.error_code == 0 and answer.key in missing:
+            if codes.kind(answer.error_code) is codes.Kind.DONE and answer.key in missing:
                 self._coordinators[answer.key] = int(answer.node_id)
 
     def transaction_coordinator(self, transactional_id: str, *, refresh: bool = False) -> int:
@@ -236,10 +239,11 @@ class ClusterClient:
         else:
             answer = self.send(FindCoordinatorRequest(
                 key=transactional_id, key_type=_TRANSACTION_COORDINATOR, max_version=3))
-        if answer.error_code == kafka_errors.TransactionalIdAuthorizationFailedError.errno:
+        kind = codes.kind(answer.error_code)
+        if kind is codes.Kind.UNAUTHORIZED:
             raise AuthorizationError(f"the principal may not use transactional id {transactional_id!r}: grant WRITE "
                                      "on it (DESCRIBE to only read it; TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
-        if answer.error_code != 0:
+        if kind is not codes.Kind.DONE:
             raise KafkaProtocolError("FindCoordinator", error_name(answer.error_code), answer.error_code,
                                      f"transactional id {transactional_id!r}")
         self._coordinators[transactional_id] = int(answer.node_id)

@@ -142,19 +142,21 @@ class KafkaTransport:
             return InitAnswer(unauthorized) if isinstance(command, InitProducerId) else \
                 EndAnswer(unauthorized) if isinstance(command, EndTxn) else AddAnswer(unauthorized)
         except KafkaProtocolError as exc:
-            if exc.error_code not in codes.COORDINATOR_RETRIABLE:
+            if codes.kind(exc.error_code) is not codes.Kind.COORDINATOR_BUSY:
                 raise
             return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found yet ({exc.error_name})",
-                            sent=False)
+                            sent=False, cause=exc)
         except (BrokerUnavailableError, *TRANSIENT) as exc:
-            return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found ({exc!r})", sent=False)
+            return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found ({exc!r})", sent=False,
+                            cause=exc)
 
     def _lost(self, transactional_id: str, exc: Exception) -> NoAnswer:
         self.client.forget_coordinator(transactional_id)
         if isinstance(exc, NOT_SENT):
-            return NoAnswer(f"coordinator of {transactional_id!r}: {type(exc).__name__} ({exc}); not sent", sent=False)
+            return NoAnswer(f"coordinator of {transactional_id!r}: {type(exc).__name__} ({exc}); not sent", sent=False,
+                            cause=exc)
         return NoAnswer(f"coordinator of {transactional_id!r}: {type(exc).__name__}; the request may or may not have "
-                        "been processed")
+                        "been processed", cause=exc)
 
     def _answer(self, transactional_id: str, command: Command, response: Any) -> Answer:
         """The answer a coordinator's response gives ``command``."""
@@ -169,7 +171,7 @@ class KafkaTransport:
             answer = _described(transactional_id, response)
         else:
             raise TypeError(f"unknown command {command!r}")
-        if answer.error in codes.COORDINATOR_RETRIABLE:
+        if codes.kind(answer.error) is codes.Kind.COORDINATOR_BUSY:
             self.client.forget_coordinator(transactional_id)
         return answer
 
@@ -255,7 +257,7 @@ def _request(transactional_id: str, command: Command) -> Any:
 
 
 def _init_answer(response: Any) -> InitAnswer:
-    if response.error_code != codes.NONE:
+    if codes.kind(response.error_code) is not codes.Kind.DONE:
         return InitAnswer(response.error_code)
     ongoing = None
     ongoing_id = getattr(response, "ongoing_txn_producer_id", -1)
@@ -266,7 +268,7 @@ def _init_answer(response: Any) -> InitAnswer:
 
 def _end_answer(command: EndTxn, response: Any) -> EndAnswer:
     following = None
-    if response.error_code == codes.NONE and command.transaction_version >= 2 and \
+    if codes.kind(response.error_code) is codes.Kind.DONE and command.transaction_version >= 2 and \
             getattr(response, "producer_epoch", -1) >= 0:
         following = ProducerIdentity(response.producer_id, response.producer_epoch)
     return EndAnswer(response.error_code, following)
@@ -275,14 +277,15 @@ def _end_answer(command: EndTxn, response: Any) -> EndAnswer:
 def _described(transactional_id: str, response: Any) -> Described:
     entry = response.transaction_states[0]
     code = int(entry.error_code)
-    if code == codes.TRANSACTIONAL_ID_NOT_FOUND:
+    kind = codes.kind(code)
+    if kind is codes.Kind.UNKNOWN_ID:
         return Described(None)
-    if code in codes.COORDINATOR_RETRIABLE:
+    if kind is codes.Kind.COORDINATOR_BUSY:
         return Described(None, error=code)
-    if code == codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    if kind is codes.Kind.UNAUTHORIZED:
         raise AuthorizationError(f"the principal may not describe transactional id {transactional_id!r}: "
                                  "grant DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
-    if code != codes.NONE:
+    if kind is not codes.Kind.DONE:
         raise KafkaProtocolError("DescribeTransactions", codes.error_name(code), code)
     partitions = tuple(sorted((t.topic, p) for t in entry.topics for p in t.partitions))
     description = TransactionDescription(transactional_id, entry.transaction_state, entry.producer_id,
@@ -293,12 +296,12 @@ def _described(transactional_id: str, response: Any) -> Described:
 
 
 def _worst_add(response: Any) -> int:
-    top = int(getattr(response, "error_code", 0) or 0)
-    if top:
+    top = int(getattr(response, "error_code", codes.NONE) or codes.NONE)
+    if codes.kind(top) is not codes.Kind.DONE:
         return top
     found = [p.partition_error_code for t in response.results_by_topic_v3_and_below
-             for p in t.results_by_partition if p.partition_error_code != codes.NONE]
-    retriable = [code for code in found if code in codes.COORDINATOR_RETRIABLE]
+             for p in t.results_by_partition if codes.kind(p.partition_error_code) is not codes.Kind.DONE]
+    retriable = [code for code in found if codes.kind(code) is codes.Kind.COORDINATOR_BUSY]
     chosen: int = retriable[0] if retriable else (found[0] if found else codes.NONE)
     return chosen
 

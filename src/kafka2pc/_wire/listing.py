@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from kafka.protocol.admin.transactions import ListTransactionsRequest
 
 from kafka2pc._core import codes
 from kafka2pc._core.messages import TransactionListing
+from kafka2pc._core.retry import LISTING_ROUNDS, Retry
 from kafka2pc._core.versions import LIST_TRANSACTIONS_DURATION_VERSION, LIST_TRANSACTIONS_PATTERN_VERSION
 from kafka2pc._wire.cluster_client import ClusterClient
 from kafka2pc._wire.retrying import TryAgain, with_retry
@@ -30,7 +32,8 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
     ``timeout_s``. A ``__transaction_state`` partition without an available leader, or leaders that cannot be read,
     make the listing incomplete too; and since a broker answers only for the coordinators it leads when it is asked,
-    the leaders are read again after the fan-out and the listing repeated (up to three times) if any moved.
+    the leaders are read again after the fan-out and the listing repeated (under
+    :data:`~kafka2pc._core.retry.LISTING_ROUNDS`) if any moved.
     ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions v2;
     callers must still filter client-side, as older brokers ignore it.
     """
@@ -48,7 +51,8 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
         kwargs["transactional_id_pattern"] = pattern
         version = LIST_TRANSACTIONS_PATTERN_VERSION
     make_request = functools.partial(ListTransactionsRequest, min_version=version, **kwargs)
-    for _ in range(3):  # bounded: coordinators rarely move twice during one listing
+    rounds: Retry | None = LISTING_ROUNDS.started()
+    while rounds is not None:  # bounded: coordinators rarely move twice during one listing
         leaders = _transaction_state_leaders(client)  # also refreshes the broker list
         brokers = client.broker_ids()
         orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
@@ -62,7 +66,10 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
                                                                    entry.transaction_state)
         if _transaction_state_leaders(client) == leaders:
             return sorted(found.values(), key=lambda listing: listing.transactional_id)
-        log.info("transaction coordinators moved during ListTransactions; listing again")
+        rounds = rounds.next()
+        if rounds is not None:
+            log.info("transaction coordinators moved during ListTransactions; listing again")
+            time.sleep(rounds.delay_s)
     raise IncompleteListingError("transaction coordinators kept moving during ListTransactions")
 
 
@@ -70,9 +77,10 @@ def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any]
     def ask() -> list[Any]:
         response = client.send(make_request(), broker)
         code = int(response.error_code)
-        if code in codes.COORDINATOR_RETRIABLE:
+        kind = codes.kind(code)
+        if kind is codes.Kind.COORDINATOR_BUSY:
             raise TryAgain(f"kept answering {codes.error_name(code)}")
-        if code != codes.NONE:
+        if kind is not codes.Kind.DONE:
             raise KafkaProtocolError("ListTransactions", codes.error_name(code), code, f"broker {broker}")
         return list(response.transaction_states)
 
@@ -87,7 +95,7 @@ def _transaction_state_leaders(client: ClusterClient) -> dict[int, int]:
     try:
         return client.partition_leaders(_TRANSACTION_STATE_TOPIC)
     except KafkaProtocolError as exc:
-        if exc.error_code == codes.UNKNOWN_TOPIC_OR_PARTITION:
+        if codes.kind(exc.error_code) is codes.Kind.UNKNOWN_TOPIC:
             return {}
         raise IncompleteListingError(f"the leaders of {_TRANSACTION_STATE_TOPIC} cannot be read ({exc}), so a "
                                      "listing could miss transactions: grant DESCRIBE on that topic") from exc

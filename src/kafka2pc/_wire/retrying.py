@@ -1,6 +1,6 @@
 """The I/O edge's own retries, of reads that may be repeated (metadata, configs, listings), under the one retry
-policy (:class:`~kafka2pc._core.retry.Retry`). Coordinator commands are never retried here: the machines decide
-that (:mod:`kafka2pc._core.resend`)."""
+policy (:class:`~kafka2pc._core.retry.Retry`; the client's is :data:`~kafka2pc._core.retry.READS`). Coordinator
+commands are never retried here: the machines decide that (:mod:`kafka2pc._core.resend`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ TRANSIENT = (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError, 
              kafka_errors.RequestTimedOutError, kafka_errors.UnknownBrokerIdError)
 #: those of them that say the request never left (kafka-python refused to send it)
 NOT_SENT = (kafka_errors.NodeNotReadyError, kafka_errors.UnknownBrokerIdError)
-#: reads of cluster metadata and configs: a second's backoff at most, for as long as the caller blocks
-READS = Retry(backoff_s=0.1, max_backoff_s=1.0)
 
 
 class TryAgain(Exception):

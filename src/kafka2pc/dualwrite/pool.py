@@ -36,6 +36,7 @@ from kafka2pc.errors import (
     DualWriteRecoveryError,
     PoolTimeoutError,
     ProducerFencedError,
+    UsageError,
 )
 
 log = logging.getLogger(__name__)
@@ -128,9 +129,9 @@ class DualWriterPool:
         ``acquire_timeout_s``. A writer found fenced (its lease taken over) or needing an operator before the block
         began is dropped and the request goes on with another writer."""
         if os.getpid() != self._pid:
-            raise ConfigError("pool", f"was made in process {self._pid}, before a fork (gunicorn --preload, "
-                                      "multiprocessing): make the pool in each worker process, after the fork "
-                                      "(gunicorn's post_fork or post_worker_init hook, Celery's worker_process_init)")
+            raise UsageError(f"the pool was made in process {self._pid}, before a fork (gunicorn --preload, "
+                             "multiprocessing): make the pool in each worker process, after the fork (gunicorn's "
+                             "post_fork or post_worker_init hook, Celery's worker_process_init)")
         for _ in range(self.size + 2):  # each round that lends no writer drops one
             writer: DualWriter | None = self._acquire()
             assert writer is not None
@@ -185,7 +186,7 @@ class DualWriterPool:
         """Under the lock: a free writer (lent now), or None with a growth slot reserved."""
         while True:
             if self._closed:
-                raise ConfigError("pool", "is closed")
+                raise UsageError(f"pool {self.prefix!r} is closed")
             if self._idle:
                 writer = self._idle.pop()
                 self._idle_since.pop(writer.transactional_id, None)

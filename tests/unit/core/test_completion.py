@@ -1,9 +1,10 @@
 """Completion: the commands it sends and what it concludes, for commit, abort and look-up."""
 
+import attrs
 import pytest
 
 from kafka2pc._core import codes
-from kafka2pc._core.completion import Completion, Goal
+from kafka2pc._core.completion import Completion, Goal, Phase
 from kafka2pc._core.judge import Fate, TransactionOutcome
 from kafka2pc._core.machine import Finished
 from kafka2pc._core.messages import (
@@ -17,12 +18,14 @@ from kafka2pc._core.messages import (
     ObservedTransaction,
     ProducerIdentity,
 )
+from kafka2pc._core.retry import END_LOOKS
 from kafka2pc.errors import (
     AuthorizationError,
     BrokerUnavailableError,
-    KafkaProtocolError,
     TransactionLostError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
+    UnsupportedByBrokerError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
 
@@ -72,35 +75,70 @@ def test_authorization_failure_is_not_retried():
         completion.on_answer(EndAnswer(codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
 
 
-def test_an_unexpected_error_is_raised_not_retried():
+def test_an_end_refused_as_unsupported_is_not_retried():
     completion = commit()
     completion.start()
-    with pytest.raises(KafkaProtocolError, match=r"EndTxn failed: UNKNOWN"):
-        completion.on_answer(EndAnswer(-1))
+    with pytest.raises(UnsupportedByBrokerError, match=r"refused EndTxn .* \(UNSUPPORTED_VERSION\)"):
+        completion.on_answer(EndAnswer(codes.UNSUPPORTED_VERSION))
+
+
+@pytest.mark.parametrize("code", [-1, codes.UNKNOWN_TOPIC_OR_PARTITION, 19])  # unknown; NOT_ENOUGH_REPLICAS
+@pytest.mark.parametrize(("seen", "outcome"), [
+    ("CompleteCommit", TransactionOutcome.COMMITTED),  # it landed after all
+    ("Ongoing", None),                                 # it did not: sent again
+])
+def test_an_error_that_says_nothing_about_the_end_is_looked_into(code, seen, outcome):
+    """Before, such an answer raised KafkaProtocolError (a FatalError) while the producer stayed COMMITTING. The
+    coordinator answers, so what it holds settles it: v2's commit at 7:10 ends as CompleteCommit at 7:11."""
+    completion = commit()
+    completion.start()
+    assert completion.on_answer(EndAnswer(code)) == DescribeTransaction()
+    step = completion.on_answer(Described(ObservedTransaction(seen, 7, 11 if outcome else 10)))
+    if outcome is None:
+        assert step == EndTxn(ID, True, 2)
+    else:
+        assert isinstance(step, Finished) and step.result.outcome is outcome and not step.result.ended_now
 
 
 def test_no_answer_raises_and_says_the_outcome_is_open():
     completion = commit()
     completion.start()
-    with pytest.raises(BrokerUnavailableError, match="not known yet: retry"):
-        completion.on_answer(NoAnswer("timed out"))
+    cause = TimeoutError("request timed out")
+    with pytest.raises(TransactionNotSettledError, match="not known yet: retry") as raised:
+        completion.on_answer(NoAnswer("timed out", cause=cause))
+    assert isinstance(raised.value, BrokerUnavailableError) and raised.value.retriable()
+    assert raised.value.__cause__ is cause
 
 
-def test_still_pending_after_errors_gives_up_as_unknown():
+@pytest.mark.parametrize("code", [codes.PRODUCER_FENCED, -1])
+def test_still_pending_after_errors_is_not_settled_and_may_be_retried(code):
+    """Before, this raised TransactionOutcomeUnknownError(still_pending=True), whose class says "not ongoing": the
+    dual writer's recovery and the listing's abort read it as ended."""
     pending = Described(ObservedTransaction("Ongoing", 7, 10))
-    fenced = EndAnswer(codes.PRODUCER_FENCED)
-    with pytest.raises(TransactionOutcomeUnknownError, match="still ongoing"):
-        run(commit(), fenced, pending, fenced, pending, fenced, pending)
+    refused = EndAnswer(code)
+    with pytest.raises(TransactionNotSettledError, match="still ongoing after 3 EndTxn requests") as raised:
+        run(commit(), refused, pending, refused, pending, refused, pending)
+    assert raised.value.retriable() and not raised.value.fatal()
 
 
 def test_look_ups_back_off_while_the_coordinator_writes_markers_and_are_bounded():
-    completion = Completion("t", R, Goal.LOOK_UP, 2, max_look_ups=4)
+    completion = Completion("t", R, Goal.LOOK_UP, 2, looks=attrs.evolve(END_LOOKS, total=3))
     in_flux = Described(ObservedTransaction("PrepareCommit", 7, 11))
     assert completion.start() == DescribeTransaction()
     delays = [completion.on_answer(in_flux).after_s for _ in range(3)]
     assert delays == sorted(delays) and delays[0] > 0
-    with pytest.raises(TransactionOutcomeUnknownError, match="no settled answer after 4 look-ups"):
+    with pytest.raises(TransactionNotSettledError, match="no settled answer after 4 look-ups"):
         completion.on_answer(in_flux)
+
+
+def test_an_error_that_says_nothing_about_a_v1_abort_is_checked_like_a_lost_answer():
+    """The v4 abort of a writer that may live: it may have landed, so the look decides whether to fence."""
+    completion = Completion("t", R, Goal.ABORT, 1, fence_after_abort=True)
+    completion.start()
+    assert completion.on_answer(EndAnswer(-1)) == DescribeTransaction()
+    assert completion.phase is Phase.CHECKING_LOST_ABORT
+    assert completion.on_answer(Described(ObservedTransaction("CompleteAbort", 7, 10))) == \
+        InitProducerId(1000, expected=ID)
 
 
 def test_abort_is_conditional_and_fences_on_v1_after_looking():

@@ -40,9 +40,9 @@ from kafka2pc._core.states import (
 from kafka2pc._core.transitions import TRANSITIONS, Operation
 from kafka2pc.errors import (
     BrokerUnavailableError,
-    KafkaProtocolError,
     ProducerFencedError,
     TransactionAbortableError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
     TransactionStateError,
 )
@@ -260,10 +260,14 @@ def test_v1_abort_after_a_coordinator_timeout_continues_from_the_bumped_epoch():
 
 
 def test_resumed_end_failing_with_an_unexpected_error_stays_retryable():
-    """Review finding 4: an EndTxn error other than a lost answer must not drop the held decision."""
+    """Review finding 4: an EndTxn error other than a lost answer must not drop the held decision. It is looked
+    into; still ongoing after the EndTxn sent again, it is not settled: a retriable error, the decision kept."""
     core = core_in(Recovered(V2, HELD, Owner.RESUMED, None))
-    with pytest.raises(KafkaProtocolError):
-        exchange(core.complete(HELD), EndTxn(ME, True, 1), EndAnswer(-1))
+    ongoing = looked("Ongoing", 3)
+    with pytest.raises(TransactionNotSettledError):
+        exchange(core.complete(HELD), EndTxn(ME, True, 1), EndAnswer(-1), DescribeTransaction(), ongoing,
+                 EndTxn(ME, True, 1), EndAnswer(-1), DescribeTransaction(), ongoing,
+                 EndTxn(ME, True, 1), EndAnswer(-1), DescribeTransaction(), ongoing)
     assert core.name is State.COMMITTING
     assert exchange(core.complete(HELD), EndTxn(ME, True, 1), EndAnswer(codes.NONE)) == \
         Finished(TransactionOutcome.COMMITTED)

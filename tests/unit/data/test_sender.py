@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+import kafka.errors as kafka_errors
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -12,7 +13,7 @@ from kafka2pc._core import codes
 from kafka2pc._core.messages import ProducerIdentity
 from kafka2pc._data.sender import RecordSender
 from kafka2pc.config import ProducerConfig
-from kafka2pc.errors import ProducerFencedError, RecordTooLargeError, TransactionAbortableError
+from kafka2pc.errors import KafkaProtocolError, ProducerFencedError, RecordTooLargeError, TransactionAbortableError
 
 
 class ScriptedTransport:
@@ -127,3 +128,88 @@ def test_fencing_is_reported_as_such():
     s.append("t", b"x", None, None, headers=None, timestamp=1)
     with pytest.raises(ProducerFencedError):
         s.flush()
+
+
+class FakeClock:
+    """The sender's clock: ``sleep`` moves it and records how long each wait was."""
+
+    def __init__(self):
+        self.now, self.slept = 1000.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    import kafka2pc._data.sender as sender_module  # noqa: PLC0415
+
+    fake = FakeClock()
+    monkeypatch.setattr(sender_module, "time", fake)
+    return fake
+
+
+def busy_then_done(busy: int):
+    """NOT_LEADER for the first ``busy`` sends of a batch, then written."""
+    answers = [kafka_errors.NotLeaderForPartitionError.errno] * busy
+
+    def reply(batch):
+        return answers.pop(0) if answers else codes.NONE
+    return reply
+
+
+def test_produce_retries_back_off_from_retry_backoff_ms_doubling_to_a_second(clock):
+    """Before, every retry waited retry.backoff.ms exactly. Now the one Retry policy: the base doubling to
+    retry.backoff.max.ms (Kafka's default 1 s), each wait up to 20 % shorter (jitter)."""
+    transport = ScriptedTransport(busy_then_done(7))
+    s = sender(transport, **{"retry.backoff.ms": 100})
+    s.append("t", b"x", None, None, headers=None, timestamp=1)
+    s.flush()
+    nominal = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert len(clock.slept) == len(nominal) and len(transport.sent) == 8
+    assert all(0.8 * n - 1e-9 <= d <= n + 1e-9 for d, n in zip(clock.slept, nominal, strict=True)), clock.slept
+    assert {b.base_sequence for b in transport.sent} == {0}  # the same batch each time
+
+
+def test_a_round_without_retries_ends_the_series(clock):
+    transport = ScriptedTransport(busy_then_done(3))
+    s = sender(transport, **{"retry.backoff.ms": 100})
+    s.append("t", b"x", None, None, headers=None, timestamp=1)
+    s.flush()
+    transport.reply = busy_then_done(1)
+    s.append("t", b"y", None, None, headers=None, timestamp=1)
+    s.flush()
+    assert clock.slept[3] <= 0.1 + 1e-9  # the next failure starts from retry.backoff.ms again
+
+
+def test_a_base_longer_than_the_cap_is_kept(clock):
+    transport = ScriptedTransport(busy_then_done(2))
+    s = sender(transport, **{"retry.backoff.ms": 3000})
+    s.append("t", b"x", None, None, headers=None, timestamp=1)
+    s.flush()
+    assert all(2.4 - 1e-9 <= d <= 3.0 + 1e-9 for d in clock.slept) and len(clock.slept) == 2
+
+
+def test_retries_stop_at_delivery_timeout_ms(clock):
+    s = sender(ScriptedTransport(lambda batch: kafka_errors.NotLeaderForPartitionError.errno),
+               **{"retry.backoff.ms": 100, "delivery.timeout.ms": 5000})
+    s.append("t", b"x", None, None, headers=None, timestamp=1)
+    with pytest.raises(TransactionAbortableError, match=r"delivery\.timeout\.ms=5000"):
+        s.flush()
+    assert sum(clock.slept) <= 5.0
+
+
+def test_a_topic_the_broker_does_not_know_fails_the_transaction_not_the_producer():
+    """Before, produce() raised KafkaProtocolError (a FatalError) and the producer stayed IN_TRANSACTION."""
+    class NoTopic(ScriptedTransport):
+        def partition_leaders(self, topic):
+            raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", codes.UNKNOWN_TOPIC_OR_PARTITION)
+
+    s = sender(NoTopic())
+    with pytest.raises(TransactionAbortableError, match="partitions of topic 'nope'") as raised:
+        s.append("nope", b"x", None, None, headers=None, timestamp=1)
+    assert isinstance(raised.value.__cause__, KafkaProtocolError) and s.idle

@@ -3,8 +3,13 @@ anything again by itself: the machines decide that)."""
 
 from concurrent.futures import Future
 
-from kafka2pc._core.messages import DescribeTransaction, NoAnswer
+import kafka.errors as kafka_errors
+import pytest
+
+from kafka2pc._core import codes
+from kafka2pc._core.messages import DescribeTransaction, EndTxn, NoAnswer, ProducerIdentity
 from kafka2pc._wire.kafka_transport import WAVE, KafkaTransport
+from kafka2pc.errors import BrokerUnavailableError, KafkaProtocolError
 
 
 class Silent:
@@ -59,3 +64,40 @@ def test_a_large_round_goes_out_in_waves_a_connection_can_take():
     rounds = [keys for kind, *rest in client.events if kind == "round" for keys in rest]
     assert [len(keys) for keys in rounds] == [WAVE, WAVE, 3]
     assert [txn_id for keys in rounds for txn_id in keys] == ids
+
+
+class Failing(Silent):
+    """A cluster client whose single request fails with ``error`` (or whose coordinator cannot be found)."""
+
+    def __init__(self, error=None, lookup_error=None):
+        super().__init__()
+        self.error, self.lookup_error = error, lookup_error
+
+    def transaction_coordinator(self, transactional_id, refresh=False):
+        if self.lookup_error is not None:
+            raise self.lookup_error
+        return 1
+
+    def send(self, request, node_id=None):
+        raise self.error
+
+
+@pytest.mark.parametrize(("client", "sent"), [
+    (Failing(kafka_errors.KafkaConnectionError("reset by peer")), True),
+    (Failing(kafka_errors.NodeNotReadyError("not ready")), False),
+    (Failing(lookup_error=KafkaProtocolError("FindCoordinator", "COORDINATOR_NOT_AVAILABLE",
+                                             codes.COORDINATOR_NOT_AVAILABLE)), False),
+    (Failing(lookup_error=BrokerUnavailableError("no broker")), False),
+])
+def test_a_lost_answer_carries_the_exception_the_edge_saw(client, sent):
+    """NoAnswer kept only a string; the machine that raises on it now chains the exception itself."""
+    answer = KafkaTransport(client, timeout_s=1).execute("t", EndTxn(ProducerIdentity(5, 3), True, 2))
+    assert isinstance(answer, NoAnswer) and answer.sent is sent
+    assert answer.cause is (client.error or client.lookup_error)
+
+
+def test_a_find_coordinator_error_that_is_not_busy_is_raised_for_the_core():
+    refused = KafkaProtocolError("FindCoordinator", "UNKNOWN_SERVER_ERROR", -1)
+    with pytest.raises(KafkaProtocolError) as raised:
+        KafkaTransport(Failing(lookup_error=refused), timeout_s=1).execute("t", DescribeTransaction())
+    assert raised.value is refused

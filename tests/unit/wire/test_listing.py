@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import pytest
 
 from kafka2pc._core import codes
-from kafka2pc._core.retry import Retry
+from kafka2pc._core.retry import LISTING_ROUNDS, Retry
 from kafka2pc._wire.kafka_transport import KafkaTransport
-from kafka2pc.errors import IncompleteListingError
+from kafka2pc.errors import IncompleteListingError, KafkaProtocolError
 
 
 def test_a_listing_is_complete_or_fails_loudly():
@@ -49,3 +49,51 @@ def test_a_listing_is_complete_or_fails_loudly():
     Client.partition_leaders = lambda self, topic: leaders  # type: ignore[method-assign]
     with pytest.raises(IncompleteListingError, match=r"partitions \[1\] have no available leader"):
         transport.list_transactions()
+
+
+class Listing:
+    """One broker that lists one transaction; ``leaders`` gives the coordinators' partition leaders each time."""
+
+    reads = Retry(timeout_s=1.0, backoff_s=0.01)
+
+    def __init__(self, leaders):
+        self.leaders, self.listings = leaders, 0
+
+    def broker_max_version(self, request):
+        return 2
+
+    def partition_leaders(self, topic):
+        return self.leaders()
+
+    def broker_ids(self):
+        return [1, 2]
+
+    def send(self, request, node_id=None):
+        self.listings += 1
+        return SimpleNamespace(error_code=codes.NONE, transaction_states=[
+            SimpleNamespace(transactional_id="x", producer_id=1, transaction_state="Ongoing")])
+
+
+def test_coordinators_that_keep_moving_are_listed_again_under_the_listing_policy_then_fail():
+    moving = iter(range(100))
+    client = Listing(lambda: {0: 1 + next(moving) % 2})
+    with pytest.raises(IncompleteListingError, match="kept moving"):
+        KafkaTransport(client, timeout_s=1.0).list_transactions()
+    assert client.listings == 2 * (LISTING_ROUNDS.total + 1)  # two brokers, each listing
+
+
+def test_a_cluster_that_never_ran_a_transaction_lists_none():
+    def no_topic():
+        raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", codes.UNKNOWN_TOPIC_OR_PARTITION)
+
+    client = Listing(no_topic)
+    client.broker_ids = lambda: []  # type: ignore[method-assign]
+    assert KafkaTransport(client, timeout_s=1.0).list_transactions() == []
+
+
+def test_leaders_that_cannot_be_read_make_the_listing_incomplete():
+    def refused():
+        raise KafkaProtocolError("Metadata", "TOPIC_AUTHORIZATION_FAILED", codes.TOPIC_AUTHORIZATION_FAILED)
+
+    with pytest.raises(IncompleteListingError, match="grant DESCRIBE"):
+        KafkaTransport(Listing(refused), timeout_s=1.0).list_transactions()
