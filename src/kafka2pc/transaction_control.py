@@ -42,8 +42,8 @@ from kafka2pc._core.messages import (
     TransactionListing,
 )
 from kafka2pc._core.requests import LookUntilSettled, Request
-from kafka2pc._core.resend import COORDINATOR_RETRY, Resending
-from kafka2pc._core.retry import Retry
+from kafka2pc._core.resend import Resending
+from kafka2pc._core.retry import COORDINATOR_RETRY, SETTLE_LOOKS
 from kafka2pc._core.setup import FENCE_TIMEOUT_MS, init_error
 from kafka2pc._wire.cluster_client import ClusterClient
 from kafka2pc._wire.kafka_transport import KafkaTransport
@@ -130,7 +130,7 @@ class TransactionControl:
     def wait_until_settled(self, transactional_id: str, within_s: float) -> ObservedTransaction | None:
         """:meth:`describe`, looking again (for up to ``within_s``) while the id's last transaction is still writing
         its markers; returns what was seen last."""
-        policy = Retry(timeout_s=within_s, backoff_s=0.05, factor=1.0)
+        policy = attrs.evolve(SETTLE_LOOKS, timeout_s=within_s)
         return self._run(transactional_id, LookUntilSettled(transactional_id, policy))
 
     def list(self, *, states: Iterable[str] = (), pattern: str | None = None,
@@ -151,7 +151,7 @@ class TransactionControl:
         the id is fenced (an open transaction of it is aborted). Returns the new producer id and epoch."""
         answer = self._run(transactional_id, Request(InitProducerId(FENCE_TIMEOUT_MS)))
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}")
+            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}") from answer.cause
         assert isinstance(answer, InitAnswer)
         if answer.identity is None or answer.error:
             raise init_error(transactional_id, answer.error, FENCE_TIMEOUT_MS)
@@ -163,7 +163,7 @@ class TransactionControl:
         answer = self._run(transactional_id, Request(InitProducerId(
             60_000, enable_2pc=enable_2pc, keep_prepared=keep_prepared)))
         if isinstance(answer, NoAnswer):
-            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}")
+            raise BrokerUnavailableError(f"InitProducerId of {transactional_id!r}: {answer.reason}") from answer.cause
         assert isinstance(answer, InitAnswer)
         return answer
 
@@ -270,7 +270,7 @@ def _as_described(transactional_id: str, answer: object) -> Described:
     if isinstance(answer, Exception):
         raise answer
     if isinstance(answer, NoAnswer):
-        raise BrokerUnavailableError(f"DescribeTransactions of {transactional_id!r}: {answer.reason}")
+        raise BrokerUnavailableError(f"DescribeTransactions of {transactional_id!r}: {answer.reason}") from answer.cause
     if not isinstance(answer, Described):
         raise TypeError(f"unexpected answer {answer!r}")
     return answer

@@ -31,8 +31,7 @@ from kafka2pc._core.messages import Answer, Command, NoAnswer
 from kafka2pc._core.retry import COORDINATOR_RETRY, Retry
 
 R = TypeVar("R")
-#: COORDINATOR_RETRY is retry.py's, named here too for the modules that import it from here
-__all__ = ["COORDINATOR_RETRY", "Resending", "why_again"]
+__all__ = ["Resending", "why_again"]
 
 
 def why_again(command: Command, answer: Answer) -> str | None:
