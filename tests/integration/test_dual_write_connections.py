@@ -18,7 +18,7 @@ import sqlalchemy
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from kafka2pc.dualwrite import DualWriter, DualWriterPool, state_table_ddl
-from kafka2pc.errors import ConfigError, DualWriteUsageError
+from kafka2pc.errors import ConfigError, DualWriteUsageError, UsageError
 from tests.integration import test_dual_write
 from tests.integration.test_dual_write import Database, kafka_keys, writer_for
 
@@ -109,7 +109,7 @@ def test_making_a_writer_commits_none_of_the_callers_pending_work(database, kafk
     connection.rollback()
     assert database.ids() == []
     connection.cursor().execute(insert_sql(database), (2, 2))
-    with pytest.raises(ConfigError, match="open transaction"):  # and a recovery refuses to commit it either
+    with pytest.raises(UsageError, match="open transaction"):  # and a recovery refuses to commit it either
         writer.recover()
     connection.rollback()
     writer.recover()

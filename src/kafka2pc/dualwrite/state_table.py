@@ -18,7 +18,7 @@ import attrs
 
 from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.dualwrite.outcome import ReadBack
-from kafka2pc.errors import ConfigError, ProducerFencedError
+from kafka2pc.errors import ConfigError, ProducerFencedError, UsageError
 from kafka2pc.prepared_state import PreparedTxnState
 
 _DDL_ATTEMPTS = 5
@@ -208,8 +208,8 @@ class StateTable:
         the connection is ready for a retry."""
         self.connection.check_not_autocommit()
         if self.connection.in_transaction():
-            raise ConfigError("connection", "has an open transaction: commit or roll back before a dual-write "
-                                            "transaction (its rows would be committed with it)")
+            raise UsageError("the connection has an open transaction: commit or roll back before a dual-write "
+                             "transaction (its rows would be committed with it)")
         self._ensure_table()
         try:
             self.connection.begin()

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from kafka2pc.dualwrite.connection import DbapiConnection, SqlAlchemyConnection, adapt
 from kafka2pc.dualwrite.state_table import StateTable, state_table_ddl
-from kafka2pc.errors import ConfigError
+from kafka2pc.errors import ConfigError, UsageError
 
 
 def test_an_autocommit_connection_is_refused():
@@ -57,8 +57,9 @@ def test_a_sqlalchemy_connection_with_a_transaction_open_is_refused(tmp_path):
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'app.db'}")
     with engine.connect() as sa_connection:
         sa_connection.exec_driver_sql("SELECT 1")  # SQLAlchemy autobegins
-        with pytest.raises(ConfigError, match="open transaction"):
+        with pytest.raises(UsageError, match="open transaction") as raised:
             StateTable(adapt(sa_connection), "state").begin_locked("id-0")
+        assert not isinstance(raised.value, ConfigError)  # a call-order misuse, not bad configuration
 
 
 def test_an_autocommit_engine_and_an_orm_session_are_refused(tmp_path):
