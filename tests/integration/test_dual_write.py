@@ -377,11 +377,11 @@ def recover_pool(db: Database, bootstrap: str, prefix: str) -> list[str]:
         pool.settle_expired()
         with contextlib.closing(db.connect()) as connection:
             deadline = time.monotonic() + 30  # the pool's keeper may be settling one of them at the same time
-            rows = pool.lease_table(connection).rows()
+            rows = pool._set.lease_table(connection).rows()
             while any(row.status != "free" for row in rows):
                 assert time.monotonic() < deadline, rows
                 time.sleep(0.2)
-                rows = pool.lease_table(connection).rows()
+                rows = pool._set.lease_table(connection).rows()
         return [row.transactional_id for row in rows]
     finally:
         pool.close()

@@ -101,7 +101,7 @@ def test_a_recovery_slower_than_a_lease_ends_its_own_session_and_the_keeper_neve
     assert len(transport.model.open_transactions()) == 1
     transport.slow_describes = 1  # the broker is still away at the keeper's first settle, for 2.5 leases
     pool._keeper.tick()
-    writer = pool._writers[f"{prefix}-0"]
+    writer = pool._set.writers[f"{prefix}-0"]
     print(f"\nafter the slow settle: writer connection closed={writer.connection.closed}")
     tick_for(pool, 4 * LEASE_S)  # the broker is back
     rows = pool._keeper._leases.rows()
@@ -133,7 +133,7 @@ def test_a_keeper_frozen_inside_its_renewal_does_not_pin_the_ids_forever(postgre
         print(f"\nkeeper session's idle_in_transaction_session_timeout: {cursor.fetchone()[0]}")
     keeper._connection.rollback()
     keeper._leases._db.commit = lambda: None  # the process freezes right after the renewal's UPDATE
-    _, tokens, _ = frozen.snapshot()
+    _, tokens, _ = frozen._set.snapshot()
     keeper._renew(tokens)
     live = make_pool(db.connect, transport, prefix, min_size=0)
     try:
@@ -163,7 +163,7 @@ def test_a_writer_whose_sqlalchemy_connection_reconnected_keeps_the_idle_limit(p
     try:
         order(pool, 1)
         lose_the_completion(transport, pool, 2)
-        writer = pool._writers[f"{prefix}-0"]
+        writer = pool._set.writers[f"{prefix}-0"]
         pid = writer.connection.connection.dbapi_connection.info.backend_pid
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -209,7 +209,7 @@ def test_a_live_pool_keeps_its_leases_while_its_keeper_waits_for_kafka(postgres_
     lease_s = 2.0  # renewals every 0.67 s: room for a loaded machine's scheduling
     live = make_pool(db.connect, transport, prefix, size=2, min_size=2, lease_s=lease_s)
     lose_the_completion(transport, live, 1)  # one writer unfinished (the broker went away); the other idle
-    held = live.snapshot()[1]
+    held = live._set.snapshot()[1]
     other = make_pool(db.connect, transport, prefix, size=1, min_size=0, lease_s=lease_s)
     other._keeper.start()  # another process of the fleet, claiming whatever lease expires
     try:

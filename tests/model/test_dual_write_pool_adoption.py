@@ -89,11 +89,11 @@ def test_a_row_named_like_the_next_id_outside_the_fleet_does_not_stop_the_fleet_
     stray = DualWriter(pconnect(path), {**cluster.config, "transactional.id": "shop-1"}, transport=cluster.transport)
     stray.recover()  # e.g. an old-release writer, or an operator's recover on the id: its row, outside the fleet
     stray.close()
-    busy = pool._acquire()  # the pool's writer is lent to another request: the next one needs a new id
+    busy = pool._set.lend()  # the pool's writer is lent to another request: the next one needs a new id
     try:
         order(pool, 1)
     finally:
-        pool._release(busy)
+        pool._set.release(busy)
         pool.close()
     assert db_ids(path) == [1]
 

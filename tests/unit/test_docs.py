@@ -158,7 +158,7 @@ def test_the_names_check_finds_a_renamed_function():
     assert names_that_do_not_exist("`Committer.settled`; `judge.MAX_EPOCH`; `spark/tasks.py`") == \
         ["Committer has no settled", "_core/judge.py defines no MAX_EPOCH", "no such module: spark/tasks.py"]
     assert names_that_do_not_exist("until `max.block.ms` (`FOR UPDATE SKIP LOCKED`)") == []
-    assert names_that_do_not_exist("`dualwrite/pool.py` `DualWriterPool.transaction` / `_drop`, `_dropped`") == \
+    assert names_that_do_not_exist("`dualwrite/pool.py` `DualWriterPool.close` / `_start_writers`, `_dropped`") == \
         ["not defined anywhere: _dropped"]
     assert names_that_do_not_exist("`dualwrite/pool.py` `DualWriterPool.transaction` / `plan_upkeep`") == \
         ["dualwrite/pool.py defines no plan_upkeep"]

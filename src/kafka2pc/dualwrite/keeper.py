@@ -20,7 +20,7 @@ from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
 if TYPE_CHECKING:
     from kafka2pc.dualwrite.leases import LeaseTable
-    from kafka2pc.dualwrite.pool import DualWriterPool
+    from kafka2pc.dualwrite.pool_writers import PoolWriters
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,10 @@ MAX_TICK_S = 2.0
 
 
 class LeaseKeeper:
-    """``connection`` is the watcher's (closed by stop(), replaced when it breaks); the worker settles an id on its
-    writer's connection."""
+    """Keeps ``pool`` (a DualWriterPool's writers). ``connection`` is the watcher's (closed by stop(), replaced when
+    it breaks); the worker settles an id on its writer's connection."""
 
-    def __init__(self, pool: DualWriterPool, connection: Any):
+    def __init__(self, pool: PoolWriters, connection: Any):
         self._pool = pool
         self._connection: Any = connection
         self._leases: LeaseTable = pool.lease_table(connection)

@@ -1,0 +1,352 @@
+"""The writers of a DualWriterPool and their leases: which are idle, lent out or unfinished, and the operations
+on them that the pool's requests and its lease keeper share (lend and release, lease a new id, drop, replace,
+retire, reap). :class:`~kafka2pc.dualwrite.pool.DualWriterPool` is the public face; this is its bookkeeping, and
+what :class:`~kafka2pc.dualwrite.keeper.LeaseKeeper` works on."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.leases import Lease, LeaseTable
+from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.dualwrite.upkeep import WriterView
+from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter
+from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
+
+log = logging.getLogger("kafka2pc.dualwrite.pool")  # one logger for the pool, whichever half speaks
+
+
+class PoolWriters:
+    """Up to ``size`` writers on leased ids under ``prefix``, lent to one thread at a time. Thread-safe."""
+
+    def __init__(self, prefix: str, connect: Callable[[], Any], config: Mapping[str, object], options: dict[str, Any],
+                 *, size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None,
+                 acquire_timeout_s: float, transport_for: Callable[[str], ClusterTransport] | None):
+        self.prefix, self.size, self.min_size, self.lease_s, self.idle_s = prefix, size, min_size, lease_s, idle_s
+        self.max_ids, self.acquire_timeout_s = max_ids, acquire_timeout_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._connect = connect
+        self._config = dict(config)
+        self._options = options
+        self._transport_for = transport_for
+        self._cv = threading.Condition()
+        self._idle: list[DualWriter] = []  # the last one returned is lent first
+        self.writers: dict[str, DualWriter] = {}
+        self._leases: dict[str, Lease] = {}
+        #: when each idle writer was returned, and since when each writer lent out (or left unfinished) was lent
+        self._idle_since: dict[str, float] = {}
+        self._open_since: dict[str, float] = {}
+        self._growing = 0
+        #: ids taken out of service because they need an operator (DualWriteRecoveryError), with the error; the
+        #: row says so too, so no pool of the fleet claims them until DualWriter.resolve
+        self.benched: dict[str, Exception] = {}
+        self._closed = False
+
+    def ids(self) -> list[str]:
+        with self._cv:
+            return sorted(self.writers)
+
+    def discard(self, writer: DualWriter) -> None:
+        """Forget and close a writer whose id was not given back (its recovery failed: the lease expires)."""
+        with self._cv:
+            self._forget(writer)
+        self.close_writer(writer)
+
+    def close(self) -> list[DualWriter]:
+        """No more lending: forget the idle writers and return them (to be retired); lent ones retire when they
+        come back."""
+        with self._cv:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            for writer in idle:
+                self._forget(writer)
+        return idle
+
+    def lend(self) -> DualWriter:
+        """A free writer, or one on a newly leased id, waiting up to ``acquire_timeout_s``."""
+        deadline = time.monotonic() + self.acquire_timeout_s
+        while True:
+            with self._cv:
+                writer = self._wait_for_slot(deadline)
+            if writer is not None:
+                return writer
+            try:
+                writer = self.grow()
+            finally:
+                with self._cv:
+                    self._growing -= 1
+                    self._cv.notify()
+            if writer is not None:
+                with self._cv:
+                    self._open_since[writer.transactional_id] = time.monotonic()
+                return writer
+            if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
+                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
+                                       f"{self.acquire_timeout_s:g} s, and the fleet holds all max_ids={self.max_ids} "
+                                       "ids (a bigger max_ids, or fewer writers per process)")
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _wait_for_slot(self, deadline: float) -> DualWriter | None:
+        """Under the lock: a free writer (lent now), or None with a growth slot reserved."""
+        while True:
+            if self._closed:
+                raise UsageError(f"pool {self.prefix!r} is closed")
+            if self._idle:
+                writer = self._idle.pop()
+                self._idle_since.pop(writer.transactional_id, None)
+                self._open_since[writer.transactional_id] = time.monotonic()
+                return writer
+            if len(self.writers) + self._growing < self.size:
+                self._growing += 1
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
+                                       f"{self.acquire_timeout_s:g} s: all {len(self.writers)} are busy (a bigger "
+                                       f"size, or more processes; benched: {sorted(self.benched)})")
+            self._cv.wait(left)
+
+    def release(self, writer: DualWriter) -> None:
+        transactional_id = writer.transactional_id
+        with self._cv:
+            if self.writers.get(transactional_id) is not writer:
+                retire = True  # dropped or replaced meanwhile
+            elif self._closed:
+                retire = True
+                self._forget(writer)
+            else:
+                retire = False
+                self._idle.append(writer)
+                self._idle_since[transactional_id] = time.monotonic()
+                if not writer.unfinished:
+                    self._open_since.pop(transactional_id, None)
+                self._cv.notify()
+        if retire:
+            self.retire(writer)
+
+    def take_idle(self, transactional_id: str) -> DualWriter | None:
+        """For the keeper: lend it an idle writer (None if it is not idle now)."""
+        with self._cv:
+            for writer in self._idle:
+                if writer.transactional_id == transactional_id:
+                    self._idle.remove(writer)
+                    self._idle_since.pop(transactional_id, None)
+                    return writer
+        return None
+
+    def give_back(self, writer: DualWriter) -> None:
+        """For the keeper: return what take_idle lent it."""
+        self.release(writer)
+
+    # -- leases -------------------------------------------------------------------------------------------------
+
+    def grow(self, *, expired_only: bool = False) -> DualWriter | None:
+        """A writer on a newly leased id, on a new connection (its first transaction() recovers the id); None when
+        the fleet has nothing to lease."""
+        connection = self.connect_shareable()
+        try:
+            lease = self.lease_table(connection).claim(uuid.uuid4().hex, self.holder, self.lease_s,
+                                                       max_ids=self.max_ids, expired_only=expired_only)
+            if lease is None:
+                _close_connection(connection)
+                return None
+            writer = self._new_writer(connection, lease)
+        except BaseException:
+            _close_connection(connection)
+            raise
+        if lease.taken_from is not None:
+            log.warning("%r: took over the lease of %s (expired %.1f s ago); recovering what it left",
+                        lease.transactional_id, lease.taken_from, lease.expired_s or 0.0)
+        with self._cv:
+            self.writers[lease.transactional_id] = writer
+            self._leases[lease.transactional_id] = lease
+        return writer
+
+    def lease_table(self, connection: Any) -> LeaseTable:
+        """The lease statements on ``connection``."""
+        table = StateTable(adapt(connection), self._options["state_table"], create=self._options["create_state_table"])
+        return LeaseTable(table, self.prefix, lease_s=self.lease_s)
+
+    def _new_writer(self, connection: Any, lease: Lease) -> DualWriter:
+        transport = self._transport_for(lease.transactional_id) if self._transport_for is not None else None
+        return DualWriter(connection, {**self._config, "transactional.id": lease.transactional_id},
+                          transport=transport, lease=lease, lease_s=self.lease_s, **self._options)
+
+    def drop(self, writer: DualWriter, exc: Exception) -> None:
+        """Stop using a writer: its lease was taken over (ProducerFencedError: the new holder settles what it
+        left), or its id needs an operator (DualWriteRecoveryError: benched, and marked so in the row)."""
+        transactional_id, token = writer.transactional_id, writer.lease_token
+        needs_operator = isinstance(exc, DualWriteRecoveryError)
+        with self._cv:
+            self._forget(writer)
+            if needs_operator:
+                self.benched[transactional_id] = exc
+        if needs_operator and token is not None:
+            with contextlib.suppress(Exception):
+                self.lease_table(writer.connection).set_problem(transactional_id, token, str(exc))
+            log.error("%r: benched until an operator resolves it (DualWriter.resolve): %r", transactional_id, exc)
+        else:
+            log.warning("%r: fenced (%s); the pool leases another id", transactional_id, exc)
+        self.close_writer(writer)
+
+    def connect_shareable(self) -> Any:
+        """A new connection, checked for use by many threads."""
+        connection = self._connect()
+        try:
+            check_shareable(connection)
+        except BaseException:
+            _close_connection(connection)
+            raise
+        return connection
+
+    def bench(self, writer: DualWriter, exc: DualWriteRecoveryError) -> None:
+        """For the keeper: the writer's id needs an operator."""
+        self.drop(writer, exc)
+
+    def replace_if_broken(self, writer: DualWriter, exc: BaseException) -> DualWriter:
+        """For the keeper: a writer on a new connection (same lease) if ``exc`` came with its connection failing."""
+        return self.replace(writer) if connection_broken(writer, exc) else writer
+
+    def lose(self, transactional_id: str) -> None:
+        """For the keeper: an idle writer's lease is no longer ours."""
+        writer = self.take_idle(transactional_id)
+        if writer is not None:
+            self.lose_writer(writer)
+
+    def lose_writer(self, writer: DualWriter) -> None:
+        """For the keeper: a writer it holds was fenced."""
+        self.drop(writer, ProducerFencedError(f"{writer.transactional_id!r}: the lease was taken over"))
+
+    def snapshot(self) -> tuple[list[WriterView], dict[str, str], list[float]]:
+        """For the keeper: each writer as it sees it, each lease's token, and since when each open transaction
+        has been open (monotonic)."""
+        now = time.monotonic()
+        with self._cv:
+            views = [WriterView(tid, None if tid not in self._idle_since else now - self._idle_since[tid],
+                                writer.unfinished) for tid, writer in self.writers.items()]
+            return (views, {tid: lease.token for tid, lease in self._leases.items()},
+                    list(self._open_since.values()))
+
+    def _forget(self, writer: DualWriter) -> None:
+        """Under the lock: the pool no longer holds ``writer`` (nothing, if its id is held by a newer writer: this
+        pool claimed the id again after its own lease ran out)."""
+        transactional_id = writer.transactional_id
+        if self.writers.get(transactional_id) is writer:
+            del self.writers[transactional_id]
+            self._leases.pop(transactional_id, None)
+            self._idle_since.pop(transactional_id, None)
+            self._open_since.pop(transactional_id, None)
+        self._cv.notify_all()
+
+    def replace(self, writer: DualWriter) -> DualWriter:
+        """A writer on a new connection, with the same lease, for one whose connection broke; its first
+        transaction() recovers the id (settling what the broken one left)."""
+        lease = self._leases.get(writer.transactional_id)
+        if lease is None or lease.token != writer.lease_token:
+            return writer
+        try:
+            connection = self._connect()
+            try:
+                successor = self._new_writer(connection, lease)
+            except BaseException:
+                _close_connection(connection)
+                raise
+        except Exception as exc:  # the database is still away: the old writer stays, and recovers when it can
+            log.warning("%r: could not reconnect (%r); keeping the old connection", writer.transactional_id, exc)
+            return writer
+        self.close_writer(writer)  # its successor settles, on a working connection
+        with self._cv:
+            self.writers[writer.transactional_id] = successor
+        return successor
+
+    def retire(self, writer: DualWriter) -> None:
+        """Close a writer and give its id back to the fleet; a transaction it left unfinished is settled first, and
+        if that fails the lease is kept until it expires, for another pool to settle."""
+        transactional_id = writer.transactional_id
+        if writer.unfinished:
+            try:
+                writer.recover_unfinished()
+            except Exception as exc:
+                log.warning("%r: could not settle its unfinished transaction at close (%r): its lease expires in "
+                            "%g s and a live pool of the fleet settles it", transactional_id, exc, self.lease_s)
+        finished = not writer.unfinished
+        with self._cv:
+            self._forget(writer)
+        self.close_writer(writer, give_back=finished)
+
+    def close_writer(self, writer: DualWriter, *, give_back: bool = False) -> None:
+        """Close the writer (and ``give_back`` its lease, once it has closed: its row then says complete), then its
+        connection."""
+        try:
+            writer.close()
+            token = writer.lease_token
+            if give_back and token is not None:
+                self.lease_table(writer.connection).release(writer.transactional_id, token)
+        except Exception as exc:
+            log.debug("%r: closing failed: %r", writer.transactional_id, exc)
+        _close_connection(writer.connection)
+
+    def reap_one(self) -> bool:
+        """For the keeper: claim one expired lease of the fleet, settle its id, and give it back. False when there
+        is none (or it could not be settled now: its lease then expires again, and is retried)."""
+        writer = self.grow(expired_only=True)
+        if writer is None:
+            return False
+        try:
+            writer.recover()
+        except DualWriteRecoveryError as exc:
+            self.drop(writer, exc)
+            return True
+        except Exception as exc:
+            log.warning("%r: could not settle the expired lease now (%r); retried when it expires again",
+                        writer.transactional_id, exc)
+            with self._cv:
+                self._forget(writer)
+            self.close_writer(writer)
+            return False
+        self.retire(writer)
+        return True
+
+
+def check_shareable(connection: Any) -> None:
+    """A pool's connections are used by many threads (the requests', the keeper's): refuse a sqlite3 connection
+    made with ``check_same_thread=True`` (its default) now rather than on another thread later."""
+    dbapi = getattr(connection, "dbapi_connection", None) or connection
+    if type(dbapi).__module__ != "sqlite3" and not isinstance(dbapi, sqlite3.Connection):
+        return
+    failed: list[BaseException] = []
+
+    def touch() -> None:
+        try:
+            dbapi.cursor().close()
+        except sqlite3.ProgrammingError as exc:
+            failed.append(exc)
+
+    other = threading.Thread(target=touch)
+    other.start()
+    other.join()
+    if failed:
+        raise ConfigError("connect", "makes sqlite3 connections with check_same_thread=True (the default): a "
+                                     "pool's connections are used by many threads; use sqlite3.connect(path, "
+                                     "check_same_thread=False)")
+
+
+def _close_connection(connection: Any) -> None:
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
+def connection_broken(writer: DualWriter, exc: BaseException) -> bool:
+    """Whether ``exc`` came with the database connection failing (not a statement): a connection that is now
+    closed (psycopg: a lost server, a session PostgreSQL ended), or SQLAlchemy's disconnect."""
+    return bool(getattr(exc, "connection_invalidated", False) or getattr(writer.connection, "closed", False))
