@@ -7,8 +7,9 @@ caller treats as "failed, for a reason kafka2pc does not know".
 
 How to add a code (e.g. a new retriable one a broker version starts answering):
 
-1. Give it a constant here only if the code base must *send* or *build* it (a test, the coordinator model);
-   classifying needs none: kafka-python's ``kafka.errors`` knows every code's number.
+1. Give it a constant here only if the code base must *send* or *build* it (a test, the coordinator model), or if
+   kafka-python's ``kafka.errors`` does not know the code yet (then its number, with the KIP that added it);
+   otherwise classifying needs none.
 2. Add it to ``_KINDS`` under the kind that says what it means for the request. A coordinator that moved, loads or
    is busy is :attr:`Kind.COORDINATOR_BUSY`: every coordinator command that may be repeated is then sent again
    with backoff (:mod:`kafka2pc._core.resend`, under :data:`~kafka2pc._core.retry.COORDINATOR_RETRY`); a
