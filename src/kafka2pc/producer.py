@@ -88,6 +88,7 @@ class TwoPhaseProducer:
         self._core = ProducerCore(self._config.transactional_id,
                                  retry=attrs.evolve(COORDINATOR_RETRY, timeout_s=block_s))
         self._sender = RecordSender(self._config, transport)
+        self._said_plain_prepare = False
 
     # -- public properties -------------------------------------------------------------------------------------------
 
@@ -239,6 +240,13 @@ class TwoPhaseProducer:
         as the empty state ``""``: there is nothing on the broker to complete.
         """
         self._core.open_transaction("prepare_transaction")
+        if not self._config.two_phase_commit and not self._said_plain_prepare:
+            self._said_plain_prepare = True  # once: a plain producer that prepares is a choice, or a slip
+            log.warning("kafka2pc: prepare_transaction on transactional id %r, a producer made without "
+                        "two_phase_commit=True: this is a standard transaction, which the broker aborts if it is "
+                        "not completed within transaction.timeout.ms=%s. Pass two_phase_commit=True for one that "
+                        "outlives that (KIP-939).", self.transactional_id,
+                        getattr(self._core.setup, "timeout_ms", None) or self._config.transaction_timeout_ms)
         with self._sending():
             self._sender.flush()
         return self._core.prepare()
