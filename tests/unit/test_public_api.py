@@ -36,6 +36,8 @@ PUBLIC_MODULES = (
     "kafka2pc.dualwrite",
     "kafka2pc.audit",
     "kafka2pc.testing",
+    "kafka2pc.testing.verify",
+    "kafka2pc.testing.pytest_plugin",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 UPDATE_VARIABLE = "KAFKA2PC_UPDATE_API_SNAPSHOT"

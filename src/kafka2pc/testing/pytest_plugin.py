@@ -26,6 +26,9 @@ from kafka2pc.testing.jars import PRE_2PC_KAFKA_VERSION
 from kafka2pc.testing.provider import choose_backend, start_kafka
 from kafka2pc.testing.settings import BrokerSettings
 
+#: the fixtures (``logs_wanted`` is for kafka2pc's own harness)
+__all__ = ["kafka", "kafka_3node", "kafka_factory", "kafka_pre2pc", "topic_factory"]
+
 _FAILED_WITH = pytest.StashKey[set[int]]()
 
 

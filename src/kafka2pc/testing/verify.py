@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka2pc.config import ClientConfig
 from kafka2pc.config.librdkafka import librdkafka_settings
 
+__all__ = ["ConsumedRecord", "create_topic", "end_offsets", "produce_orders", "read_records", "values"]
+
 
 @attrs.frozen
 class ConsumedRecord:
