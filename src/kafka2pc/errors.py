@@ -26,6 +26,51 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = [
+    "AuditError",
+    "AuthenticationError",
+    "AuthorizationError",
+    "BatchOverError",
+    "BrokerUnavailableError",
+    "CommandRefusedError",
+    "ConfigError",
+    "DecidedNotCompletedError",
+    "DecisionConflictError",
+    "DecisionLogCorruptError",
+    "DualWriteIncompleteError",
+    "DualWriteOutcomeUnknownError",
+    "DualWriteRecoveryError",
+    "DualWriteUsageError",
+    "FatalError",
+    "IdInUseError",
+    "IdPoolExhaustedError",
+    "IncompleteListingError",
+    "InvalidPreparedStateError",
+    "Kafka2pcError",
+    "KafkaProtocolError",
+    "OutcomeUnknownError",
+    "PoolTimeoutError",
+    "ProducerFencedError",
+    "RecordTooLargeError",
+    "RecoveryIncompleteError",
+    "RetriableError",
+    "SinkStateMissingError",
+    "StaleWriteVersionError",
+    "StorageUnavailableError",
+    "TokenEndpointError",
+    "TransactionAbortableError",
+    "TransactionLostError",
+    "TransactionNotSettledError",
+    "TransactionOutcomeUnknownError",
+    "TransactionStateError",
+    "UnsupportedByBrokerError",
+    "UsageError",
+    "WriteConflictError",
+    "WriteDecidedError",
+    "WriteKeyInUseError",
+    "WriteOutcomeUnknownError",
+]
+
 
 def _rebuild(cls: type[Kafka2pcError], args: tuple[Any, ...], state: dict[str, Any]) -> Kafka2pcError:
     error = cls.__new__(cls, *args)

@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+import kafka2pc
 from kafka2pc.cli.audit import add_audit_command
 from kafka2pc.cli.doctor import add_doctor_command
 from kafka2pc.cli.fleet import add_fleet_command
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``kafka2pc`` command."""
     parser = argparse.ArgumentParser(prog="kafka2pc", description="Kafka two-phase commit tools")
     parser.add_argument("--verbose", "-v", action="store_true", help="log kafka2pc's own debug messages")
+    parser.add_argument("--version", action="version", version=f"kafka2pc {kafka2pc.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_doctor_command(commands)
     add_txns_commands(commands)

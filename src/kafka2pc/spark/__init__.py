@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+try:
+    import pyspark  # noqa: F401
+except ModuleNotFoundError as exc:  # say what to install, as `kafka2pc audit` does for its extra
+    raise ModuleNotFoundError("kafka2pc.spark needs PySpark: pip install 'kafka2pc[spark]'", name="pyspark") from exc
+
 from kafka2pc.errors import (
     BatchOverError,
     IdInUseError,

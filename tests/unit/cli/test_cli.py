@@ -56,3 +56,12 @@ def test_a_config_pair_without_equals_is_refused_without_showing_its_value(capsy
     err = capsys.readouterr().err
     assert info.value.code == 2 and "expected key=value, got 'sasl.password'" in err
     assert "SuperS3cretPW" not in err
+
+
+def test_version_prints_the_package_version(capsys):
+    import kafka2pc  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kafka2pc {kafka2pc.__version__}"
