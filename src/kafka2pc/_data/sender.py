@@ -101,7 +101,11 @@ class RecordSender:
             try:
                 leaders = self._leaders[topic] = self._transport.partition_leaders(topic)
             except KafkaProtocolError as exc:
-                raise TransactionAbortableError(f"the partitions of topic {topic!r} cannot be read: {exc}") from exc
+                hint = (" (it does not exist, or this principal may not describe it: create it first; kafka2pc never "
+                        "asks the broker to create topics)"
+                        if codes.kind(exc.error_code) is codes.Kind.UNKNOWN_TOPIC else "")
+                raise TransactionAbortableError(f"the partitions of topic {topic!r} cannot be read{hint}: "
+                                                f"{exc}") from exc
         return leaders
 
     def _count(self, topic: str) -> int:
