@@ -210,6 +210,7 @@ def test_a_topic_the_broker_does_not_know_fails_the_transaction_not_the_producer
             raise KafkaProtocolError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", codes.UNKNOWN_TOPIC_OR_PARTITION)
 
     s = sender(NoTopic())
-    with pytest.raises(TransactionAbortableError, match="partitions of topic 'nope' cannot be read \\(it does not exist") as raised:
+    with pytest.raises(TransactionAbortableError,
+                       match=r"partitions of topic 'nope' cannot be read \(it does not exist") as raised:
         s.append("nope", b"x", None, None, headers=None, timestamp=1)
     assert isinstance(raised.value.__cause__, KafkaProtocolError) and s.idle
