@@ -14,7 +14,7 @@ from kafka2pc.cluster import ClusterClient
 from kafka2pc.errors import ConfigError
 from kafka2pc.sink import RecoveryIncompleteError
 from kafka2pc.sink.integration import FileDecisionLog, RecoveryReport, recover
-from kafka2pc.sink.recovery import resolve_for_replay
+from kafka2pc.sink.recovery import resolve_as_done, resolve_for_replay
 from kafka2pc.transaction_control import TransactionControl
 
 
@@ -58,7 +58,7 @@ def run_recover(args: argparse.Namespace) -> int:
         if args.resolve is not None and args.replay:
             resolve_for_replay(control, log, args.resolve, args.reason)
         elif args.resolve is not None:
-            log.resolve(args.resolve, args.reason)
+            resolve_as_done(control, log, args.resolve, args.reason)
         stuck: dict[int, str] = {}
         if args.checkpoint_location:  # late task attempts of the stopped query stop instead of opening transactions
             from kafka2pc.spark.window import move_window  # noqa: PLC0415

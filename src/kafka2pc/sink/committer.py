@@ -15,6 +15,7 @@ from kafka2pc.errors import (
     BrokerUnavailableError,
     DecisionConflictError,
     TransactionLostError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
 )
 from kafka2pc.sink.decision_log import Decision, DecisionLog
@@ -150,7 +151,11 @@ class Committer:
                           txn.state, txn.transactional_id)
             elif isinstance(result, TransactionOutcomeUnknownError):
                 metrics.TRANSACTIONS_ENDED.labels(outcome="unknown").inc()
-            failure = failure or result
+            # one that may still commit comes first: the decision is then retried, not reported stuck to an operator
+            # whose resolution would let LISTING abort it
+            if failure is None or (isinstance(result, TransactionNotSettledError)
+                                   and not isinstance(failure, TransactionNotSettledError)):
+                failure = result
         if failure is not None:
             raise failure
         self.decision_log.mark_done(decision.checkpoint)

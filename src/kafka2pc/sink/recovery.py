@@ -20,6 +20,7 @@ from kafka2pc.errors import (
     Kafka2pcError,
     RecoveryIncompleteError,
     TransactionLostError,
+    TransactionNotSettledError,
     TransactionOutcomeUnknownError,
 )
 from kafka2pc.sink.committer import Committer
@@ -74,7 +75,10 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     :class:`~kafka2pc.sink.DecisionLogCorruptError` before any transaction is touched. A decision that cannot be
     completed (a transaction lost, or its fate unknown) does not stop the rest: the other decisions are rolled
     forward and LISTING runs (keeping every id of an undone decision), then :class:`RecoveryIncompleteError` says
-    which checkpoints are stuck and why, until an operator resolves them (``kafka2pc recover --resolve``).
+    which checkpoints are stuck and why, until an operator resolves them (``kafka2pc recover --resolve``). A
+    decision whose transaction is not settled yet (:class:`~kafka2pc.errors.TransactionNotSettledError`: its markers
+    still being written, an error that says nothing) does not stop the rest either; when no checkpoint is stuck,
+    that error is raised at the end (retriable: the next recovery completes it).
     ``report_known=False`` skips listing the prefix's ids (for engines that do not pool them across restarts).
     """
     started = time.monotonic()
@@ -84,10 +88,15 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     committer = Committer(control, decision_log)
     rolled: list[int] = []
     stuck: dict[int, Kafka2pcError] = {}
+    not_settled: list[TransactionNotSettledError] = []
     for decision in undone:
         log.info("rolling checkpoint %d forward (%d transactions)", decision.checkpoint, len(decision.transactions))
         try:
             committer.roll_forward(decision)
+        except TransactionNotSettledError as exc:  # may still commit: the next recovery tries again
+            log.warning("checkpoint %d is not completed yet: %s", decision.checkpoint, exc)
+            not_settled.append(exc)
+            continue
         except (TransactionLostError, TransactionOutcomeUnknownError) as exc:
             log.error("checkpoint %d cannot be completed: %s", decision.checkpoint, exc)
             stuck[decision.checkpoint] = exc
@@ -104,7 +113,31 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     metrics.RECOVERY_SECONDS.labels(prefix=prefix).set(report.seconds)
     if stuck:
         raise RecoveryIncompleteError(report, stuck)
+    if not_settled:
+        raise not_settled[0]
     return report
+
+
+def resolve_as_done(control: TransactionControl, decision_log: DecisionLog, checkpoint: int, reason: str) -> None:
+    """Count the stuck decision of ``checkpoint`` as done (:meth:`~kafka2pc.sink.DecisionLog.resolve`), only when
+    no transaction of it can still commit: the next recovery's LISTING no longer keeps their ids, so one still open
+    would be aborted although it was decided. A look at each ends nothing; one still open, or one that cannot be
+    looked at now, refuses (:class:`~kafka2pc.errors.CommandRefusedError`): run recovery without ``--resolve``
+    until only lost ones (or ones whose fate is unknown) are left."""
+    decision = decision_log.decision(checkpoint)
+    if decision is None:
+        raise CommandRefusedError(f"checkpoint {checkpoint} has no decision to resolve")
+    looked = control.look_up_all([(t.transactional_id, t.state) for t in decision.transactions])
+    for txn, result in zip(decision.transactions, looked, strict=True):
+        if isinstance(result, Settled) and result.outcome is None:
+            raise CommandRefusedError(f"checkpoint {checkpoint}: {txn.state} of {txn.transactional_id!r} is still "
+                                      "open and can still commit: run `kafka2pc recover` without --resolve (it "
+                                      "commits it); resolve only what cannot be completed")
+        if isinstance(result, Exception) and not isinstance(result, (TransactionLostError,
+                                                                    TransactionOutcomeUnknownError)):
+            raise CommandRefusedError(f"checkpoint {checkpoint}: {txn.state} of {txn.transactional_id!r} could not "
+                                      f"be looked at ({result}); nothing was resolved, try again") from result
+    decision_log.resolve(checkpoint, reason)
 
 
 def resolve_for_replay(control: TransactionControl, decision_log: FileDecisionLog, checkpoint: int,
