@@ -158,6 +158,7 @@ class TwoPhaseProducer:
         DescribeTransactions and completed with EndTxn under its own producer id and epoch: no InitProducerId is
         sent until it is settled, so nothing aborts it.
         """
+        self._core.check_init()  # a refused call changes nothing, whatever reading the cluster would have raised
         try:
             facts = self._transport.cluster_facts()
         except FatalError as exc:  # e.g. a broker too old to say: the producer cannot go on (its state says so)

@@ -14,8 +14,10 @@ How to add a code (e.g. a new retriable one a broker version starts answering):
    is busy is :attr:`Kind.COORDINATOR_BUSY`: every coordinator command that may be repeated is then sent again
    with backoff (:mod:`kafka2pc._core.resend`, under :data:`~kafka2pc._core.retry.COORDINATOR_RETRY`); a
    partition that cannot take a write yet is :attr:`Kind.PARTITION_BUSY`: the data plane sends the batch again
-   (:mod:`kafka2pc._data.sender`, under its :class:`~kafka2pc._core.retry.Retry`). A new kind needs a decision in
-   every machine that matches on kinds (grep ``Kind.``).
+   (:mod:`kafka2pc._data.sender`, under its :class:`~kafka2pc._core.retry.Retry`); a broker that gave up waiting
+   before the request completed is :attr:`Kind.TIMED_OUT`: both do as for their own busy kind (a resend-safe
+   coordinator command is sent again, a batch is sent again). A new kind needs a decision in every machine that
+   matches on kinds (grep ``Kind.``).
 3. Add a row to ``tests/unit/core/test_codes.py::test_kinds`` (the code and its kind), and a test of the machine
    whose decision it changes (``docs/decisions.md`` names each one).
 """
@@ -44,6 +46,7 @@ COORDINATOR_NOT_AVAILABLE = kafka_errors.CoordinatorNotAvailableError.errno
 NOT_COORDINATOR = kafka_errors.NotCoordinatorError.errno
 MESSAGE_TOO_LARGE = kafka_errors.MessageSizeTooLargeError.errno
 RECORD_LIST_TOO_LARGE = kafka_errors.RecordListTooLargeError.errno
+REQUEST_TIMED_OUT = kafka_errors.RequestTimedOutError.errno
 
 
 class Kind(enum.Enum):
@@ -54,6 +57,8 @@ class Kind(enum.Enum):
     COORDINATOR_BUSY = ("the transaction coordinator moved, is loading, or is busy with an earlier request of the "
                         "id: ask again, at the coordinator looked up afresh (it may have acted first)")
     PARTITION_BUSY = "the partition's leader moved or could not write yet: send the same batch again"
+    TIMED_OUT = ("the broker gave up waiting before the request completed (on replicas, or on the controller for a "
+                 "block of producer ids): it may or may not have taken effect; ask again where asking again is safe")
     UNKNOWN_TOPIC = ("the broker does not know the topic or partition (yet): a Produce sends the batch again; a "
                      "metadata read reports the topic absent")
     UNKNOWN_ID = "the coordinator does not know the transactional id (never used on this cluster, or expired)"
@@ -75,10 +80,13 @@ _KINDS: dict[int, Kind] = {
     CONCURRENT_TRANSACTIONS: Kind.COORDINATOR_BUSY,
     **dict.fromkeys((kafka_errors.NotLeaderForPartitionError.errno, kafka_errors.LeaderNotAvailableError.errno,
                      kafka_errors.NotEnoughReplicasError.errno, kafka_errors.NotEnoughReplicasAfterAppendError.errno,
-                     kafka_errors.RequestTimedOutError.errno, kafka_errors.NetworkExceptionError.errno,
-                     kafka_errors.KafkaStorageError.errno, kafka_errors.FencedLeaderEpochError.errno,
-                     kafka_errors.UnknownLeaderEpochError.errno),
+                     kafka_errors.NetworkExceptionError.errno, kafka_errors.KafkaStorageError.errno,
+                     kafka_errors.FencedLeaderEpochError.errno, kafka_errors.UnknownLeaderEpochError.errno),
                     Kind.PARTITION_BUSY),
+    # a Produce whose replicas were slow, or (Kafka 3.x's RPCProducerIdManager) an InitProducerId that waited too long
+    # for a block of producer ids; later brokers answer the latter COORDINATOR_LOAD_IN_PROGRESS instead, since it
+    # "should be retriable like COORDINATOR_LOAD_IN_PROGRESS"
+    REQUEST_TIMED_OUT: Kind.TIMED_OUT,
     UNKNOWN_TOPIC_OR_PARTITION: Kind.UNKNOWN_TOPIC,
     TRANSACTIONAL_ID_NOT_FOUND: Kind.UNKNOWN_ID,
     PRODUCER_FENCED: Kind.FENCED,

@@ -8,6 +8,7 @@ import enum
 import attrs
 
 from kafka2pc._core import codes
+from kafka2pc._core.ending import end_error
 from kafka2pc._core.judge import Fate, Judgement, TransactionOutcome, end_version, judge
 from kafka2pc._core.looks import Looks
 from kafka2pc._core.machine import Finished
@@ -92,8 +93,10 @@ class Completion:
     :class:`~kafka2pc.errors.TransactionOutcomeUnknownError` when the fate cannot be known,
     :class:`~kafka2pc.errors.TransactionNotSettledError` when nothing settled it (the coordinator did not answer,
     kept it ongoing or in flux): the same goal may be retried; :class:`~kafka2pc.errors.AuthorizationError` and
-    :class:`~kafka2pc.errors.UnsupportedByBrokerError` when EndTxn is refused for good. What a failure leaves a
-    producer in is :func:`~kafka2pc._core.ending.failed_end`'s to say.
+    :class:`~kafka2pc.errors.UnsupportedByBrokerError` when EndTxn is refused for good. An error the edge raises
+    instead of answering a commit's or an abort's command is raised as :func:`~kafka2pc._core.ending.end_error` says
+    (:meth:`on_failure`), as a producer's end raises it. What a failure leaves a producer in is
+    :func:`~kafka2pc._core.ending.failed_end`'s to say.
     """
 
     def __init__(self, transactional_id: str, requested: PreparedTxnState, goal: Goal, transaction_version: int, *,
@@ -149,6 +152,14 @@ class Completion:
         if self.goal is Goal.LOOK_UP or self.phase is Phase.LOOKING_FIRST:
             return self._describe(self.phase)
         return self._end()
+
+    def on_failure(self, error: Exception) -> Exception:
+        """The edge raised ``error`` instead of answering: for a commit or an abort, the error
+        :func:`~kafka2pc._core.ending.end_error` makes of it (a KafkaProtocolError: not settled); a look-up's
+        error as it is."""
+        if self.goal is Goal.LOOK_UP:
+            return error
+        return end_error(self.transactional_id, self.requested, error)
 
     def _end(self, after_s: float = 0.0) -> EndTxn:
         observed = self._last_observed
@@ -238,7 +249,7 @@ class Completion:
             kind = codes.kind(answer.error)
             if kind in (codes.Kind.DONE, codes.Kind.FENCED):
                 return self._fenced(True, f"aborted and fenced ({codes.error_name(answer.error)})")
-            if kind is codes.Kind.COORDINATOR_BUSY:
+            if kind in (codes.Kind.COORDINATOR_BUSY, codes.Kind.TIMED_OUT):
                 return self._describe(Phase.FENCE_LOOKING)  # it may have acted; look before anything else
             return self._fenced(False, f"aborted; the fencing InitProducerId answered {codes.error_name(answer.error)}")
         silence = self._fence_silences.next() if isinstance(answer, NoAnswer) else None

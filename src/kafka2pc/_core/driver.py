@@ -43,7 +43,7 @@ def drive(transport: CoordinatorTransport, transactional_id: str, machine: Machi
         try:
             answer = transport.execute(transactional_id, step)
         except Exception as error:
-            raised = failure(machine, error)
+            raised = _failed(machine, error)
             if raised is error:
                 raise
             raise raised from error
@@ -51,10 +51,20 @@ def drive(transport: CoordinatorTransport, transactional_id: str, machine: Machi
     return step.result
 
 
+def _failed(machine: Machine[R], error: Exception) -> Exception:
+    """The error to raise (or report) when the transport raised ``error`` for ``machine``'s command: the machine's
+    say on it (:func:`~kafka2pc._core.machine.failure`), chained to ``error`` when it is another one."""
+    raised = failure(machine, error)
+    if raised is not error:
+        raised.__cause__ = error
+    return raised
+
+
 def drive_all(transport: CoordinatorTransport,
               machines: Sequence[tuple[str, Machine[R]]]) -> list[R | Exception]:
     """Run several machines at once, each for its transactional id; in order, each one's result or the error it
-    ended with (one failing never stops the others). Each round sends every pending command together."""
+    ended with (one failing never stops the others; an error the transport raised for one command goes through its
+    machine first, as in :func:`drive`). Each round sends every pending command together."""
     results: dict[int, R | Exception] = {}
     steps: dict[int, Command] = {}
 
@@ -75,8 +85,8 @@ def drive_all(transport: CoordinatorTransport,
         answers = _answers(transport, [(machines[i][0], steps.pop(i)) for i in pending])
         now = transport.now()
         for index, answer in zip(pending, answers, strict=True):
-            if isinstance(answer, Exception):
-                results[index] = answer
+            if isinstance(answer, Exception):  # raised instead of answering: the machine's say first, as in drive
+                results[index] = _failed(machines[index][1], answer)
                 continue
             try:
                 advance(index, machines[index][1].on_answer(answer, now))

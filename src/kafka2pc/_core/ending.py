@@ -1,7 +1,10 @@
 """What a failed end leaves: the producer's next state and the error it raises, decided in one place
 (:func:`failed_end`), for every path that ends a transaction — ``commit_transaction``, ``abort_transaction`` and
 ``complete_transaction`` of a held (prepared or recovered) transaction, whatever ended it: a
-:class:`~kafka2pc._core.completion.Completion` that raised, or the edge raising instead of answering.
+:class:`~kafka2pc._core.completion.Completion` that raised, or the edge raising instead of answering. The error
+itself is :func:`end_error`'s to say, for a producer's end and for
+:class:`~kafka2pc.transaction_control.TransactionControl`'s (the Completion's ``on_failure``) alike: the same failure
+of the same end raises the same class wherever it ran.
 
 The error's group always agrees with the state it leaves. An end that failed with
 
@@ -36,6 +39,7 @@ from kafka2pc.errors import (
     TransactionOutcomeUnknownError,
     UnsupportedByBrokerError,
 )
+from kafka2pc.prepared_state import PreparedTxnState
 
 
 @attrs.frozen
@@ -46,16 +50,26 @@ class FailedEnd:
     error: Exception = attrs.field(eq=False)
 
 
+def end_error(transactional_id: str, target: PreparedTxnState, error: Exception) -> Exception:
+    """The error an end of ``target`` that failed with ``error`` raises, whoever runs it (a producer, or
+    TransactionControl): a :class:`~kafka2pc.errors.KafkaProtocolError` the edge raised (a code no kind covers)
+    becomes :class:`~kafka2pc.errors.TransactionNotSettledError` from it (the end may or may not have happened; the
+    same end may be retried), or, of kind UNSUPPORTED, :class:`~kafka2pc.errors.UnsupportedByBrokerError`; any other
+    error is raised as it is."""
+    if not isinstance(error, KafkaProtocolError):
+        return error
+    if codes.kind(error.error_code) is codes.Kind.UNSUPPORTED:
+        return _chained(UnsupportedByBrokerError(str(error)), error)
+    return _chained(TransactionNotSettledError(transactional_id, str(target), f"{error}; it may or may not have ended",
+                                               error_code=error.error_code), error)
+
+
 def failed_end(transactional_id: str, ending: Ending, error: Exception) -> FailedEnd:
-    """What the end in progress (``ending``) leaves when it failed with ``error`` (see the module's table)."""
+    """What the end in progress (``ending``) leaves when it failed with ``error`` (see the module's table; the error
+    raised is :func:`end_error`'s)."""
+    error = end_error(transactional_id, ending.target, error)
     if isinstance(error, RetriableError):
         return FailedEnd(ending, error)
-    if isinstance(error, KafkaProtocolError):
-        if codes.kind(error.error_code) is codes.Kind.UNSUPPORTED:
-            return _fatal(_chained(UnsupportedByBrokerError(str(error)), error))
-        return FailedEnd(ending, _chained(TransactionNotSettledError(
-            transactional_id, str(ending.target), f"{error}; it may or may not have ended",
-            error_code=error.error_code), error))
     if isinstance(error, FatalError):
         return _fatal(error)
     if isinstance(error, TransactionOutcomeUnknownError):

@@ -149,10 +149,16 @@ class ProducerCore:
 
     # -- initialisation ----------------------------------------------------------------------------------------------
 
+    def check_init(self) -> None:
+        """Raise unless ``init_transactions`` may be called now (TransactionStateError; a fatal state raises its
+        error), changing nothing: the edge calls it before it reads what :meth:`init` needs from the cluster, so a
+        refused call never depends on, nor is changed by, that read."""
+        self._check(Operation.INIT, "init_transactions() was already called")
+
     def init(self, *, keep_prepared: bool, two_phase_wanted: bool, init_producer_id_max_version: int,
              transaction_version: int, timeout_ms: int | None) -> Machine[PreparedTxnState | None]:
         """``init_transactions``; its result is the kept prepared transaction, if any."""
-        self._check(Operation.INIT, "init_transactions() was already called")
+        self.check_init()
         plan = Initialization(self.transactional_id, keep_prepared=keep_prepared, two_phase_wanted=two_phase_wanted,
                               init_producer_id_max_version=init_producer_id_max_version,
                               transaction_version=transaction_version, timeout_ms=timeout_ms)

@@ -2,8 +2,10 @@
 
 The transport only reports what happened: an answer (with its error code), or :class:`NoAnswer` (``sent`` says
 whether the request may have reached a broker; ``cause`` is the exception it saw). :class:`Resending` wraps a
-machine and, by the command's :attr:`resend_safe`, sends it again itself — after a lost answer, or a coordinator that
-moved, is loading or is busy (:attr:`~kafka2pc._core.codes.Kind.COORDINATOR_BUSY`) — with the backoff of its
+machine and, by the command's :attr:`resend_safe`, sends it again itself — after a lost answer, a coordinator that
+moved, is loading or is busy (:attr:`~kafka2pc._core.codes.Kind.COORDINATOR_BUSY`), or a broker that gave up
+waiting before the request completed (:attr:`~kafka2pc._core.codes.Kind.TIMED_OUT`: an answer that says no more
+than a lost one, e.g. a fresh InitProducerId waiting for a block of producer ids) — with the backoff of its
 :class:`~kafka2pc._core.retry.Retry` (:data:`~kafka2pc._core.retry.COORDINATOR_RETRY`), until the policy's time runs
 out. Then, and for every command that is not safe to repeat, the machine itself gets the answer, a lost one as
 :class:`NoAnswer` (carrying the last cause). A guarded bump (InitProducerId expecting an identity) is never sent
@@ -31,14 +33,17 @@ from kafka2pc._core.messages import Answer, Command, NoAnswer
 from kafka2pc._core.retry import COORDINATOR_RETRY, Retry
 
 R = TypeVar("R")
-__all__ = ["Resending", "why_again"]
+__all__ = ["ASK_AGAIN", "Resending", "why_again"]
+
+#: the kinds of answer after which a resend-safe command is asked again, as after a lost answer
+ASK_AGAIN = frozenset({codes.Kind.COORDINATOR_BUSY, codes.Kind.TIMED_OUT})
 
 
 def why_again(command: Command, answer: Answer) -> str | None:
     """Why ``command`` may be sent again after ``answer`` (None: it may not, or need not)."""
     if isinstance(answer, NoAnswer):
         return answer.reason if command.resend_safe else None
-    if command.resend_safe and codes.kind(answer.error) is codes.Kind.COORDINATOR_BUSY:
+    if command.resend_safe and codes.kind(answer.error) in ASK_AGAIN:
         return codes.error_name(answer.error)
     return None
 

@@ -280,7 +280,8 @@ class RecordSender:
                     continue
                 if kind is codes.Kind.TOO_LARGE and batch.count > 1:
                     self._split(batch)
-                elif kind in (codes.Kind.PARTITION_BUSY, codes.Kind.UNKNOWN_TOPIC, codes.Kind.COORDINATOR_BUSY):
+                elif kind in (codes.Kind.PARTITION_BUSY, codes.Kind.TIMED_OUT, codes.Kind.UNKNOWN_TOPIC,
+                              codes.Kind.COORDINATOR_BUSY):
                     self._retry([batch])
                     retried = True
                 elif kind is codes.Kind.FENCED:

@@ -20,6 +20,7 @@ from kafka2pc._core import codes
     (codes.INVALID_TRANSACTION_TIMEOUT, codes.Kind.TIMEOUT_REFUSED),
     (codes.INVALID_PRODUCER_ID_MAPPING, codes.Kind.STALE),
     (kafka_errors.NotEnoughReplicasError.errno, codes.Kind.PARTITION_BUSY),
+    (codes.REQUEST_TIMED_OUT, codes.Kind.TIMED_OUT),  # a slow replica, or a block of producer ids awaited
     (codes.COORDINATOR_LOAD_IN_PROGRESS, codes.Kind.COORDINATOR_BUSY),
     (codes.COORDINATOR_NOT_AVAILABLE, codes.Kind.COORDINATOR_BUSY),
     (codes.PRODUCER_FENCED, codes.Kind.FENCED),

@@ -155,6 +155,19 @@ def test_abort_is_conditional_and_fences_on_v1_after_looking():
     assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
 
 
+@pytest.mark.parametrize("code", [codes.CONCURRENT_TRANSACTIONS, codes.REQUEST_TIMED_OUT])
+def test_a_v1_fence_that_may_have_acted_is_looked_at_before_it_is_sent_again(code):
+    """A fence answered busy, or REQUEST_TIMED_OUT (the broker gave up waiting: it may have landed), is looked at
+    and sent again only while the id is still at the aborted identity. Before, REQUEST_TIMED_OUT reported the abort
+    not fenced at once."""
+    aborted = Described(ObservedTransaction("CompleteAbort", 7, 10))
+    sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True), EndAnswer(codes.NONE), aborted,
+                        InitAnswer(code), aborted, InitAnswer(codes.NONE, ProducerIdentity(7, 11)))
+    assert [type(c).__name__ for c in sent] == ["EndTxn", "DescribeTransaction", "InitProducerId",
+                                                "DescribeTransaction", "InitProducerId"]
+    assert settled.outcome is TransactionOutcome.ABORTED and settled.fenced is True
+
+
 def test_v1_fence_never_lands_on_a_newer_transaction():
     sent, settled = run(Completion("t", R, Goal.ABORT, 1, fence_after_abort=True),
                         EndAnswer(codes.NONE), Described(ObservedTransaction("Ongoing", 7, 12)))

@@ -4,9 +4,9 @@ from kafka2pc._core import codes
 from kafka2pc._core.completion import Completion, Goal, Settled
 from kafka2pc._core.driver import drive, drive_all
 from kafka2pc._core.judge import TransactionOutcome
-from kafka2pc._core.messages import EndAnswer, EndTxn
+from kafka2pc._core.messages import EndAnswer, EndTxn, ProducerIdentity
 from kafka2pc._core.requests import Immediately
-from kafka2pc.errors import KafkaProtocolError
+from kafka2pc.errors import KafkaProtocolError, TransactionNotSettledError
 from kafka2pc.prepared_state import PreparedTxnState
 
 
@@ -57,8 +57,42 @@ def test_drive_all_keeps_going_when_the_concurrent_round_fails():
     transport = Recording(fail_round=True, bad="bad")
     good, bad = drive_all(transport, [commit("good"), commit("bad")])
     assert isinstance(good, Settled) and good.outcome is TransactionOutcome.COMMITTED
-    assert isinstance(bad, KafkaProtocolError)
+    # the transport's error went through its machine, as in drive(): an end it interrupted is not settled
+    assert isinstance(bad, TransactionNotSettledError) and isinstance(bad.__cause__, KafkaProtocolError)
     assert transport.alone == ["good", "bad"]
+
+
+def test_an_error_the_transport_raises_goes_through_its_machine_in_drive_all_as_in_drive():
+    """Before, drive_all reported the transport's error as it was, passing the machine by (drive asked it): the same
+    failure of the same end raised another class from TransactionControl.commit_all than from commit."""
+    class Interrupted:
+        def __init__(self):
+            self.heard: list[Exception] = []
+
+        def start(self, now=None):
+            return EndTxn(ProducerIdentity(7, 10), True, 2)
+
+        def on_answer(self, answer, now=None):
+            raise AssertionError("never answered")
+
+        def on_failure(self, error):
+            self.heard.append(error)
+            return RuntimeError("the machine's say")
+
+    transport = Recording(fail_round=True, bad="bad")
+    for run in (lambda m: drive_all(transport, [("bad", m)])[0], lambda m: _raised(lambda: drive(transport, "bad", m))):
+        machine = Interrupted()
+        error = run(machine)
+        assert isinstance(error, RuntimeError) and str(error) == "the machine's say"
+        assert isinstance(error.__cause__, KafkaProtocolError) and machine.heard == [error.__cause__]
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as exc:  # returned for the test to look at
+        return exc
+    raise AssertionError("nothing raised")
 
 
 def test_a_machine_that_raises_at_its_start_fails_alone():

@@ -126,9 +126,9 @@ AFTER = {
     codes.Kind.UNSUPPORTED: (State.FATAL_ERROR, UnsupportedByBrokerError),
     # anything else says the end did not happen yet, or nothing about it: looked at, sent again, not settled
     **{found: ("ending", TransactionNotSettledError) for found in (
-        codes.Kind.DUPLICATE, codes.Kind.COORDINATOR_BUSY, codes.Kind.PARTITION_BUSY, codes.Kind.UNKNOWN_TOPIC,
-        codes.Kind.UNKNOWN_ID, codes.Kind.FENCED, codes.Kind.STALE, codes.Kind.TIMEOUT_REFUSED, codes.Kind.TOO_LARGE,
-        codes.Kind.OTHER)},
+        codes.Kind.DUPLICATE, codes.Kind.COORDINATOR_BUSY, codes.Kind.PARTITION_BUSY, codes.Kind.TIMED_OUT,
+        codes.Kind.UNKNOWN_TOPIC, codes.Kind.UNKNOWN_ID, codes.Kind.FENCED, codes.Kind.STALE,
+        codes.Kind.TIMEOUT_REFUSED, codes.Kind.TOO_LARGE, codes.Kind.OTHER)},
 }
 #: the producer's ends: how to start it in a core holding a transaction, and its decision
 ENDS = {
@@ -206,7 +206,8 @@ def test_every_end_over_every_answer_leaves_a_state_its_error_agrees_with(kind, 
     assert agrees(core.name, raised.value)
     if kind == "no answer":
         assert isinstance(raised.value.__cause__, TimeoutError)  # NoAnswer's cause, chained
-    elif kind is codes.Kind.COORDINATOR_BUSY:  # sent again by Resending until its budget (none here) is spent
+    elif kind in (codes.Kind.COORDINATOR_BUSY, codes.Kind.TIMED_OUT):  # sent again by Resending until its budget
+        # (none here) is spent
         assert coordinator.sent == [EndTxn]
     elif error_class is TransactionNotSettledError:
         assert coordinator.sent.count(EndTxn) == 3  # looked at, sent again, then not settled

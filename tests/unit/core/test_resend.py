@@ -34,6 +34,10 @@ POLICY = Retry(timeout_s=10.0, backoff_s=1.0, factor=1.0, jitter=0.0)
     (EndTxn(ME, True, 2), EndAnswer(codes.INVALID_TXN_STATE), False),    # the machine looks into that one
     (DescribeTransaction(), Described(None, error=codes.COORDINATOR_LOAD_IN_PROGRESS), True),
     (FRESH, InitAnswer(codes.CONCURRENT_TRANSACTIONS), True),
+    # the broker gave up waiting (a block of producer ids, a slow replica): it says no more than a lost answer
+    (FRESH, InitAnswer(codes.REQUEST_TIMED_OUT), True),
+    (EndTxn(ME, True, 2), EndAnswer(codes.REQUEST_TIMED_OUT), True),
+    (GUARDED_BUMP, InitAnswer(codes.REQUEST_TIMED_OUT), False),          # it may have acted: the machine looks
     (GUARDED_BUMP, NoAnswer("lost"), False),                             # it may have acted: the machine looks
     (GUARDED_BUMP, InitAnswer(codes.CONCURRENT_TRANSACTIONS), False),
     # it never left, yet its look would be stale by the time it is sent again: the machine looks again instead

@@ -194,6 +194,18 @@ def test_a_base_longer_than_the_cap_is_kept(clock):
     assert all(2.4 - 1e-9 <= d <= 3.0 + 1e-9 for d in clock.slept) and len(clock.slept) == 2
 
 
+@pytest.mark.parametrize("code", [kafka_errors.NotEnoughReplicasError.errno, codes.REQUEST_TIMED_OUT])
+def test_a_batch_whose_write_timed_out_is_sent_again(clock, code):
+    """REQUEST_TIMED_OUT (its own kind, TIMED_OUT: the replicas were slow) sends the same batch again, as a partition
+    that could not write yet does."""
+    answers = [code, code]
+    transport = ScriptedTransport(lambda batch: answers.pop(0) if answers else codes.NONE)
+    s = sender(transport, **{"retry.backoff.ms": 100})
+    s.append("t", b"x", None, None, headers=None, timestamp=1)
+    s.flush()
+    assert len(transport.sent) == 3 and {b.base_sequence for b in transport.sent} == {0}
+
+
 def test_retries_stop_at_delivery_timeout_ms(clock):
     s = sender(ScriptedTransport(lambda batch: kafka_errors.NotLeaderForPartitionError.errno),
                **{"retry.backoff.ms": 100, "delivery.timeout.ms": 5000})
