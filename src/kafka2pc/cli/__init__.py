@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
-import kafka2pc
 from kafka2pc.cli.audit import add_audit_command
 from kafka2pc.cli.doctor import add_doctor_command
 from kafka2pc.cli.fleet import add_fleet_command
@@ -18,11 +18,18 @@ from kafka2pc.errors import Kafka2pcError
 __all__ = ["build_parser", "main"]
 
 
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("kafka2pc")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``kafka2pc`` command."""
     parser = argparse.ArgumentParser(prog="kafka2pc", description="Kafka two-phase commit tools")
     parser.add_argument("--verbose", "-v", action="store_true", help="log kafka2pc's own debug messages")
-    parser.add_argument("--version", action="version", version=f"kafka2pc {kafka2pc.__version__}")
+    parser.add_argument("--version", action="version", version=f"kafka2pc {_installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_doctor_command(commands)
     add_txns_commands(commands)

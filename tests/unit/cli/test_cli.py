@@ -61,6 +61,7 @@ def test_a_config_pair_without_equals_is_refused_without_showing_its_value(capsy
 def test_version_prints_the_package_version(capsys):
     import kafka2pc  # noqa: PLC0415
 
+    # the installed distribution's version, which the package's __version__ repeats
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["--version"])
     assert info.value.code == 0
