@@ -24,21 +24,16 @@ from pathlib import Path
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark")  # the Connect client's own packages come with it (the spark extra)
+pyspark = pytest.importorskip("pyspark")  # the Connect client's own packages come with it (dev: pyspark[connect])
+
+from kafka2pc_harness.spark import LOG4J2 as SPARK_LOG4J2  # noqa: E402
 
 from .spark_support import audit, open_transactions, sink_prefix  # noqa: E402
 
 pytestmark = pytest.mark.integration
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED = re.compile(r"Spark Connect server started at: 127\.0\.0\.1:(\d+)")
-LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+LOG4J2 = SPARK_LOG4J2 + """\
 logger.started.name = org.apache.spark.sql.connect.service.SparkConnectServer
 logger.started.level = info
 """

@@ -137,7 +137,8 @@ def _resolve_connector(spark_version: str, cache: Path, target: Path, pyspark_ja
 
 # -- sessions ----------------------------------------------------------------------------------------------------
 
-_LOG4J2 = """\
+#: the Spark JVMs' log4j2 configuration: warnings and errors on stderr, Spark's startup noise off
+LOG4J2 = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -170,7 +171,7 @@ def new_session(master: str, app_name: str, *, kafka_connector: bool = False,
     os.environ.update(python_env())
     local_dir = Path(tempfile.mkdtemp(prefix="kafka2pc-spark-local-"))
     atexit.register(shutil.rmtree, local_dir, True)
-    (local_dir / "log4j2.properties").write_text(_LOG4J2)
+    (local_dir / "log4j2.properties").write_text(LOG4J2)
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
