@@ -77,7 +77,7 @@ bench-recovery: jars
 # job's driver SIGKILLed 30 times (2 in the default suite, the first ones aimed inside a transaction), and the
 # foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned), and the main
 # job with its checkpoint on HDFS 5 times (the default suite kills it once, after a NameNode outage), and the main job through 5 storage outages
-# around its commits with its checkpoint on HDFS and 5 on S3 (one each in the default suite).
+# around its commits with its checkpoint on HDFS and 5 on S3 (the default suite: one on HDFS, none on S3).
 chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)

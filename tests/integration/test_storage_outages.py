@@ -47,7 +47,9 @@ SPARK_STORE_IO = re.compile(r"java\.io\.EOFException|java\.net\.\w+Exception|Con
                             r"apache\.http\.(ConnectionClosedException|NoHttpResponseException)")
 
 
-@pytest.fixture(params=["hdfs", "s3a"])
+#: the S3A run goes with make chaos (its 2-3 min took the default suite over its time budget); S3's commit point and
+#: its outages are also in test_remote_checkpoints.py and tests/unit/sink/test_storage_outages.py
+@pytest.fixture(params=["hdfs", pytest.param("s3a", marks=pytest.mark.slow)])
 def store(request: pytest.FixtureRequest) -> tuple[Any, str, dict[str, str]]:
     """(the storage server, a fresh checkpoint location on it, the driver's extra environment)."""
     folder = f"checkpoints/{uuid.uuid4().hex[:8]}"
