@@ -95,7 +95,8 @@ def test_an_abort_of_a_bare_handle_on_v2_ends_it_with_a_bump_when_it_is_ongoing(
     since = len(transport.sent)
     settled = TransactionControl(transport).abort(TXN_ID, listed.state())
     assert settled.outcome is TransactionOutcome.ABORTED
-    assert [c for c in transport.sent[since:] if isinstance(c, EndTxn)] == [EndTxn(listed, False, 2)]
+    ends = [c for c in transport.sent[since:] if isinstance(c, EndTxn)]
+    assert ends == [EndTxn(listed, False, 2, guarded_by_look=True)]
     assert transport.model.ids[TXN_ID].epoch == listed.epoch + 1
 
 

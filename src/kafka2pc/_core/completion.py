@@ -164,9 +164,11 @@ class Completion:
     def _end(self, after_s: float = 0.0) -> EndTxn:
         observed = self._last_observed
         ongoing_now = observed is not None and observed.state == ONGOING and observed.identity == self._identity
-        self._sent_version = 2 if self._v5_when_ongoing and ongoing_now else self.transaction_version
+        guarded = self._v5_when_ongoing and ongoing_now
+        self._sent_version = 2 if guarded else self.transaction_version
         self.phase = Phase.ENDING
-        return EndTxn(self._identity, self.goal is Goal.COMMIT, self._sent_version, after_s=after_s)
+        return EndTxn(self._identity, self.goal is Goal.COMMIT, self._sent_version, after_s=after_s,
+                      guarded_by_look=guarded)
 
     def _describe(self, phase: Phase = Phase.LOOKING) -> DescribeTransaction:
         look = self._looks.next()

@@ -132,9 +132,15 @@ class EndTxn:
     commit: bool
     transaction_version: int
     after_s: float = attrs.field(default=0.0, kw_only=True)
+    #: sent because a look just saw the transaction ongoing at exactly this identity (a v5 abort from a bare
+    #: "pid:epoch"): only a new look may send it again, never a blind resend
+    guarded_by_look: bool = attrs.field(default=False, kw_only=True)
 
-    #: Kafka answers a retry of an end that succeeded with NONE
-    resend_safe = True
+    @property
+    def resend_safe(self) -> bool:
+        """Kafka answers a retry of an end that succeeded with NONE; but an end a look vouched for is looked at
+        again first (a commit at the same epoch could have landed in between, which a v5 abort would hide)."""
+        return not self.guarded_by_look
 
 
 @attrs.frozen

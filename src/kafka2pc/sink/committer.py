@@ -154,8 +154,8 @@ class Committer:
             # one that may still commit comes first: the decision is then retried, not reported stuck to an operator
             # whose resolution would let LISTING abort it
             if failure is None or (isinstance(result, TransactionNotSettledError)
-                                   and not isinstance(failure, TransactionNotSettledError)):
-                failure = result
+                                   and isinstance(failure, (TransactionLostError, TransactionOutcomeUnknownError))):
+                failure = result  # (a fatal error, e.g. a missing ACL, keeps its place: it needs an operator)
         if failure is not None:
             raise failure
         self.decision_log.mark_done(decision.checkpoint)

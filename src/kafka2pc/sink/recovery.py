@@ -102,6 +102,9 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
             stuck[decision.checkpoint] = exc
             continue
         rolled.append(decision.checkpoint)
+    # read again: a decision recorded meanwhile (recovery must not run beside a live committer, but waits on
+    # unsettled ends make it long) keeps its ids too
+    keep |= {txn.transactional_id for decision in decision_log.undone() for txn in decision.transactions}
     aborted = abort_open_transactions(control, grammar, keep)
     known = [listing.transactional_id for listing in control.list(pattern=f"^{grammar.pattern}$")
              if grammar.owns(listing.transactional_id)] if report_known else []

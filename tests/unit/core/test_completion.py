@@ -241,7 +241,7 @@ def test_an_abort_of_an_unrecorded_protocol_on_v2_ends_an_ongoing_transaction_wi
     completion = Completion.aborting("t", R, 2, writer_may_live=True)
     sent, settled = run(completion, Described(ObservedTransaction("Ongoing", 7, 10)),
                         EndAnswer(codes.NONE, ProducerIdentity(7, 11)))
-    assert sent == [DescribeTransaction(), EndTxn(ID, False, 2)]
+    assert sent == [DescribeTransaction(), EndTxn(ID, False, 2, guarded_by_look=True)]  # never resent blindly
     assert settled.outcome is TransactionOutcome.ABORTED and settled.next_identity == ProducerIdentity(7, 11)
 
 

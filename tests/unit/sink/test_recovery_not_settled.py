@@ -11,6 +11,7 @@ import pytest
 from kafka2pc._core import codes
 from kafka2pc._core.messages import EndTxn, ObservedTransaction, ProducerIdentity
 from kafka2pc.errors import (
+    AuthorizationError,
     CommandRefusedError,
     RecoveryIncompleteError,
     TransactionLostError,
@@ -85,3 +86,34 @@ def test_a_transaction_that_may_still_commit_is_never_hidden_behind_a_lost_one(t
     assert fate(transport, "job-1-0", b) == "committed" and transport.model.committed_records() == [b"b"]
     assert not any(isinstance(c, EndTxn) and not c.commit and c.transaction == ProducerIdentity.of(b)
                    for c in transport.sent)
+
+
+def test_a_decision_recorded_while_recovery_waits_keeps_its_ids_from_listing(tmp_path):
+    """Recovery must not run beside a live committer of the prefix (docs/recovery.md), but waiting on an unsettled
+    end makes it long: a decision recorded meanwhile is read again before LISTING, which then leaves it alone."""
+    transport = Scripted(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    control = TransactionControl(transport)
+    a, b = prepare(transport, "job-0-0", b"a"), prepare(transport, "job-1-0", b"b")
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(Decision(1, [PreparedTransaction("job-0-0", a, 0, 1)]))
+    transport.end_codes["job-0-0"] = [NOT_ENOUGH_REPLICAS] * 3
+    later = Decision(2, [PreparedTransaction("job-1-0", b, 1, 2)])
+    transport.after[("job-0-0", EndTxn, 1)] = lambda: log.record(later)
+    with pytest.raises(TransactionNotSettledError):
+        recover(control, "job", log)
+    assert fate(transport, "job-1-0", b) is None  # still open, decided: not aborted
+    recover(control, "job", log)
+    assert fate(transport, "job-0-0", a) == fate(transport, "job-1-0", b) == "committed"
+
+
+def test_a_fatal_error_of_a_decision_is_not_hidden_behind_a_not_settled_one(tmp_path):
+    """Only a lost or unknown transaction gives way to a not-settled one: a missing ACL (AuthorizationError) still
+    stops recovery loudly, as it needs an operator."""
+    transport = Scripted(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    a, b = prepare(transport, "job-0-0", b"a"), prepare(transport, "job-1-0", b"b")
+    log = FileDecisionLog(tmp_path, "job")
+    log.record(Decision(1, [PreparedTransaction("job-0-0", a, 0, 1), PreparedTransaction("job-1-0", b, 1, 1)]))
+    transport.end_codes["job-0-0"] = [codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED]
+    transport.end_codes["job-1-0"] = [NOT_ENOUGH_REPLICAS] * 3
+    with pytest.raises(AuthorizationError):
+        recover(TransactionControl(transport), "job", log)
