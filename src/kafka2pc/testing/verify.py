@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from kafka2pc.config import ClientConfig
 from kafka2pc.config.librdkafka import librdkafka_settings
+from kafka2pc.testing.cluster import KafkaService
 
 __all__ = ["ConsumedRecord", "create_topic", "end_offsets", "produce_orders", "read_records", "values"]
 
@@ -32,14 +33,17 @@ class ConsumedRecord:
     value: bytes | None
 
 
-Connection = str | Mapping[str, object]
+#: ``"host:port"``, a client config, or a broker fixture's ``KafkaService`` itself (its ``client_config``)
+Connection = str | Mapping[str, object] | KafkaService
 
 
 def _connection(connection: Connection) -> dict[str, Any]:
     """``"host:port"``, or a client config in either client's keys (a secured cluster's ``client_config``, Java's
-    ``sasl.jaas.config`` and truststores) as librdkafka takes it."""
+    ``sasl.jaas.config`` and truststores) as librdkafka takes it, or a cluster (``kafka`` of the fixtures)."""
     if isinstance(connection, str):
         return {"bootstrap.servers": connection}
+    if isinstance(connection, KafkaService):
+        connection = connection.client_config
     return librdkafka_settings(ClientConfig.from_dict(connection))
 
 
