@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kafka2pc.testing.errors import HarnessSetupError
 from kafka2pc.testing.local import free_ports
+from kafka2pc_harness.services import stop_process
 
 DSN_VARIABLE = "KAFKA2PC_POSTGRES_DSN"
 _RUN_AS = "nobody"
@@ -99,13 +100,7 @@ class PostgresServer:
 
     def close(self) -> None:
         """Stop the server (fast shutdown) and remove its folder."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()  # SIGTERM: smart shutdown would wait for clients; SIGINT is fast
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+        stop_process(self._process)  # SIGTERM: smart shutdown would wait for clients; SIGINT is fast
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:

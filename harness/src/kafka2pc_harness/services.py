@@ -80,14 +80,19 @@ class ServiceProcess:
 
     def close(self) -> None:
         """Stop the process (by its pid) and remove the work folder."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+        stop_process(self._process)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM a server process this harness started, wait up to 30 s, then SIGKILL it (nothing if it has ended)."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 @contextmanager
