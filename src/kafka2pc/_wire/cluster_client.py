@@ -152,9 +152,12 @@ class ClusterClient:
         return self._with_retries(lambda: self.send(request_factory(), node_id), what, timeout_s)
 
     def send(self, request: Any, node_id: int | None = None) -> Any:
-        """Send one request (to ``node_id``, else the least loaded broker) and return its response."""
+        """Send one request (to ``node_id``, else the least loaded broker) and return its response. A ``node_id`` the
+        client's metadata does not know is looked up in fresh metadata first (:meth:`_follow_returned_brokers`)."""
 
         async def call() -> Any:
+            if node_id is not None:
+                await self._follow_returned_brokers([node_id])
             return await self._manager.send(request, node_id=node_id)
 
         try:
@@ -174,6 +177,7 @@ class ClusterClient:
             if keys is not None else [0] * len(requests)
 
         async def call() -> None:
+            await self._follow_returned_brokers([node for _, node in requests])
             pending = [self._lanes.send(request, node, lane) for (request, node), lane in zip(requests, lanes,
                                                                                                strict=True)]
             answers: list[Any] = []
@@ -194,6 +198,27 @@ class ClusterClient:
         scheduled = self._manager.call_soon(call)
         scheduled.add_errback(failed)
         return result
+
+    async def _follow_returned_brokers(self, node_ids: Iterable[int]) -> None:
+        """On the IO thread, before requests to ``node_ids``: if the client's metadata lacks one of them, refresh it.
+
+        A broker down long enough to be fenced is missing from every metadata answer meanwhile, and each answer
+        replaces kafka-python's broker map, so the client forgets it. Nothing asks again when it comes back
+        (kafka-python refreshes on a failed connection, and after ``metadata.max.age.ms``, 5 minutes by default): a
+        request to it (its coordinators moved back, a listing waiting for it) fails with UnknownBrokerIdError
+        meanwhile. A refresh that still lacks it (the broker is gone, or the answer predates its return) leaves that
+        error to the caller's retries, each of which looks again."""
+        cluster = self._manager.cluster
+        unknown = sorted({node for node in node_ids if cluster.broker_metadata(node) is None})
+        if not unknown:
+            return
+        try:
+            await cluster.refresh_metadata()  # joins a refresh already under way
+        except Exception as exc:  # the request to the unknown broker fails as before; its caller retries
+            log.debug("could not refresh the metadata for brokers %s: %r", unknown, exc)
+            return
+        log.debug("brokers %s unknown to the client's metadata; after a refresh: %s", unknown,
+                  [node for node in unknown if cluster.broker_metadata(node) is not None] or "still unknown")
 
     def abandon_spread_requests(self) -> None:
         """Close the extra connections (:meth:`send_concurrently` with ``keys``), failing every request they still
