@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import IO
@@ -195,6 +195,19 @@ class LocalKafkaCluster(KafkaService):
         if node.running:
             raise HarnessSetupError(f"node {node_id} is already running (pid {node.pid})")
         self._spawn(node)
+
+    def restart_with(self, settings: BrokerSettings, node_ids: Sequence[int] | None = None, *,
+                     timeout_s: float = 120.0) -> None:
+        """Restart nodes one at a time (SIGTERM, start, ready before the next) with ``settings``: another release
+        on the same log directories and cluster id (an in-place upgrade), or other server properties (two-phase
+        commit turned on or off). Nodes started later (:meth:`start_node`) get ``settings`` too."""
+        self.settings = settings
+        self._classpath = classpath(settings.version)
+        for node_id in node_ids or self.node_ids:
+            self.stop_node(node_id)
+            self._write_properties(self.nodes[node_id])
+            self.start_node(node_id)
+            self.wait_ready(timeout_s)
 
     def close(self, *, keep_logs: bool = False) -> None:
         if self._closed:
