@@ -17,6 +17,7 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc._core.driver import CoordinatorTransport, drive
+from kafka2pc._core.initialization import DECISION_STANDS_S, decision_stands
 from kafka2pc._core.judge import TransactionOutcome
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import ClusterFacts, ObservedTransaction
@@ -43,7 +44,9 @@ from kafka2pc.prepared_state import PreparedTxnState
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-__all__ = ["State", "TransactionOutcome", "Transport", "TwoPhaseProducer"]
+#: ``decision_stands`` and ``DECISION_STANDS_S`` are for kafka2pc's sink and dual writer, which keep producers
+#: between transactions (the core's rule, through this facade)
+__all__ = ["DECISION_STANDS_S", "State", "TransactionOutcome", "Transport", "TwoPhaseProducer", "decision_stands"]
 
 #: data-plane failures after which the producer can only be closed (any other one only aborts the transaction)
 _FATAL_WRITE_ERRORS = (ProducerFencedError, AuthorizationError)
@@ -166,11 +169,21 @@ class TwoPhaseProducer:
         held = self._run(self._core.init(
             keep_prepared=keep_prepared_txn, two_phase_wanted=self._config.two_phase_commit,
             init_producer_id_max_version=facts.init_producer_id_max_version,
-            transaction_version=facts.transaction_version, timeout_ms=self._config.transaction_timeout_ms))
+            transaction_version=facts.transaction_version, timeout_ms=self._config.transaction_timeout_ms,
+            versions_age_s=facts.versions_age_s))
         reason = self._core.fallback_reason
         if reason is not None:
             metrics.TWO_PHASE_FALLBACKS.inc()
             setup = self._core.setup
+            if self._core.two_phase_turned_off:
+                log.error(
+                    "kafka2pc: two-phase commit is turned OFF on the broker for transactional id %r: %s. It falls "
+                    "back to standard transactions (transaction.timeout.ms=%s). Transactions prepared while it was "
+                    "on are NOT aborted by the broker: they stay open, never time out and hold back read_committed "
+                    "consumers until they are completed (kafka2pc's recovery, `kafka2pc txns`); a producer "
+                    "initialised with it goes on writing such transactions until it initialises again. See "
+                    "docs/brokers.md.", self.transactional_id, reason, getattr(setup, "timeout_ms", "?"))
+                return held
             log.warning(
                 "kafka2pc: two-phase commit is NOT active for transactional id %r: %s. Falling back to standard "
                 "transactions with transaction.timeout.ms=%s: the broker aborts a prepared transaction that is not "

@@ -1,5 +1,12 @@
 """How a producer registers its transactional id: Enable2Pc where the brokers accept it, a visible fallback where
-they do not, and (keep_prepared_txn) a recovery that aborts nothing. A sans-IO machine."""
+they do not, and (keep_prepared_txn) a recovery that aborts nothing. A sans-IO machine.
+
+The decision follows the cluster while a job runs, both ways. A fallback decided from ApiVersions older than
+:data:`VERSIONS_MAX_AGE_S` has them read again first (a running client keeps the versions it learnt when it
+connected: an upgraded broker would never be used). A producer that goes on from one transaction to the next
+without an InitProducerId (a DualWriter; a Spark worker's cached producer) is replaced, once its decision is older
+than :data:`DECISION_STANDS_S`, by one that initialises again (:func:`decision_stands`): a cluster that gains
+two-phase commit is used, and one that turns it off is no longer given transactions that never time out."""
 
 from __future__ import annotations
 
@@ -12,15 +19,18 @@ from kafka2pc._core.machine import Finished
 from kafka2pc._core.messages import (
     ONGOING,
     Answer,
+    ClusterFacts,
     Command,
     ConfigValue,
     Described,
     DescribeTransaction,
+    FactsAnswer,
     InitAnswer,
     InitProducerId,
     NoAnswer,
     ProducerIdentity,
     ReadBrokerConfig,
+    ReadClusterFacts,
 )
 from kafka2pc._core.setup import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
@@ -35,10 +45,30 @@ from kafka2pc.prepared_state import PreparedTxnState
 _TWO_PHASE_CONFIG = "transaction.two.phase.commit.enable"
 _MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 
+#: a fallback for want of InitProducerId v6 is decided only from ApiVersions read within this many seconds; older
+#: ones are read again first (at most once per this long per client, while the cluster lacks v6)
+VERSIONS_MAX_AGE_S = 10.0
+#: how long a producer's two-phase decision (Enable2Pc, or the fallback) stands while it goes on without an
+#: InitProducerId: after that its next transaction is begun by a producer that initialises again
+DECISION_STANDS_S = 30.0
+
+
+def decision_stands(decided_at: float | None, now: float) -> bool:
+    """Whether a producer whose two-phase decision was taken at ``decided_at`` (None: not known) may begin another
+    transaction on it; False: replace it by one that initialises again, between transactions (the cluster may have
+    gained two-phase commit, or turned it off, since)."""
+    return decided_at is not None and now - decided_at < DECISION_STANDS_S
+
+
+def versions_too_old(age_s: float | None) -> bool:
+    """Whether ApiVersions ``age_s`` old (None: not known) must be read again before a fallback is decided on them."""
+    return age_s is None or age_s > VERSIONS_MAX_AGE_S
+
 
 class Phase(enum.Enum):
     """What the last command asked."""
 
+    READ_FACTS = "the brokers' ApiVersions again: before a fallback for want of InitProducerId v6, or once v6 is gone"
     READ_MAX_TIMEOUT = "the broker's transaction.max.timeout.ms, for the fallback's timeout"
     INIT = "InitProducerId (with Enable2Pc where two-phase commit is in use)"
     KEEP = "InitProducerId with Enable2Pc and KeepPreparedTxn"
@@ -61,11 +91,15 @@ class Initialized:
 class Initialization:
     """Drives ``init_transactions`` to :class:`Initialized`.
 
-    ``fallback_reason`` is set when two-phase commit was asked for and is not available: the caller announces it.
+    ``fallback_reason`` is set when two-phase commit was asked for and is not available: the caller announces it;
+    ``two_phase_turned_off`` when the broker said so by its config (``transaction.two.phase.commit.enable=false``),
+    or stopped speaking InitProducerId v6 under a running client: prepared two-phase transactions outlive both.
+    ``versions_age_s``: how old the ApiVersions behind ``init_producer_id_max_version`` are (None: not known).
     """
 
     def __init__(self, transactional_id: str, *, keep_prepared: bool, two_phase_wanted: bool,
-                 init_producer_id_max_version: int, transaction_version: int, timeout_ms: int | None):
+                 init_producer_id_max_version: int, transaction_version: int, timeout_ms: int | None,
+                 versions_age_s: float | None = 0.0):
         self.transactional_id = transactional_id
         self.keep_prepared = keep_prepared
         self.transaction_version = transaction_version
@@ -74,8 +108,13 @@ class Initialization:
         self.two_phase = two_phase_wanted
         self._two_phase_wanted = two_phase_wanted
         self.fallback_reason: str | None = None
+        self.two_phase_turned_off = False
         self._can_2pc = init_producer_id_max_version >= INIT_PRODUCER_ID_2PC_VERSION
         self._init_max = init_producer_id_max_version
+        self._versions_age_s = versions_age_s
+        self._facts_read = False
+        #: Enable2Pc could not be sent: the broker no longer speaks InitProducerId v6
+        self._v6_gone = False
         self.phase = Phase.INIT
 
     @property
@@ -84,11 +123,28 @@ class Initialization:
         return TransactionSetup(self.transaction_version, self.two_phase, self.timeout_ms)
 
     def start(self, now: float | None = None) -> Command:
-        """The first command."""
+        """The first command: the one that decides between two-phase commit and the fallback."""
         if self.two_phase and not self._can_2pc:
+            if versions_too_old(self._versions_age_s):  # the cluster may have gained v6 since they were read
+                self.phase = Phase.READ_FACTS
+                return ReadClusterFacts()
+            if self._v6_gone:
+                self.two_phase_turned_off = True
+                return self._fall_back(f"the broker no longer advertises InitProducerId "
+                                       f"v{INIT_PRODUCER_ID_2PC_VERSION} (now up to v{self._init_max}): "
+                                       f"{_TWO_PHASE_CONFIG} or "
+                                       "unstable.api.versions.enable was turned off, or the broker downgraded")
             return self._fall_back(f"the broker advertises InitProducerId up to v{self._init_max}; Enable2Pc needs "
                                    f"v{INIT_PRODUCER_ID_2PC_VERSION}")
         return self._main_request()
+
+    def _after_facts(self, facts: ClusterFacts) -> Command:
+        """Decide again on the facts read afresh (once: as old as they are, where a broker did not answer)."""
+        self._init_max = facts.init_producer_id_max_version
+        self._can_2pc = self._init_max >= INIT_PRODUCER_ID_2PC_VERSION
+        self.transaction_version = facts.transaction_version
+        self._versions_age_s, self._facts_read = 0.0, True
+        return self.start()
 
     def _main_request(self) -> Command:
         if self.keep_prepared and self.two_phase:
@@ -114,6 +170,8 @@ class Initialization:
             raise BrokerUnavailableError(f"initialising transactional id {self.transactional_id!r}: "
                                          f"{answer.reason}") from answer.cause
         phase = self.phase
+        if phase is Phase.READ_FACTS and isinstance(answer, FactsAnswer):
+            return self._after_facts(answer.facts)
         if phase is Phase.READ_MAX_TIMEOUT and isinstance(answer, ConfigValue):
             return self._after_max_timeout(answer.value)
         if phase is Phase.READ_TWO_PHASE_CONFIG and isinstance(answer, ConfigValue):
@@ -156,6 +214,12 @@ class Initialization:
             # keepPreparedTxn is not implemented: resume at the protocol level, without any InitProducerId
             self.phase = Phase.DESCRIBE
             return DescribeTransaction()
+        if kind is codes.Kind.UNSUPPORTED and self.two_phase and not self._facts_read:
+            # the broker no longer speaks InitProducerId v6 (two-phase commit turned off, a downgrade) while the
+            # client held the versions it had before: read them again, and decide again (once)
+            self._v6_gone = True
+            self.phase = Phase.READ_FACTS
+            return ReadClusterFacts()
         if kind is codes.Kind.UNAUTHORIZED and self.two_phase:
             # the broker answers this both when 2PC is off and when an ACL is missing: its config tells which
             self.phase = Phase.READ_TWO_PHASE_CONFIG
@@ -172,6 +236,7 @@ class Initialization:
             self.phase = Phase.PROBE_WRITE
             return InitProducerId(self.timeout_ms)
         if value == "false":
+            self.two_phase_turned_off = True
             return self._fall_back(f"the broker refused Enable2Pc: {_TWO_PHASE_CONFIG}=false")
         return self._fall_back("the broker refused Enable2Pc with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and its "
                                f"configs cannot be read: either {_TWO_PHASE_CONFIG}=false or the principal lacks "

@@ -98,6 +98,9 @@ class ClusterFacts:
     init_producer_id_max_version: int
     #: 2 when the cluster finalized transaction.version >= 2 and the broker speaks Produce v12 and EndTxn v5
     transaction_version: int
+    #: how long ago the brokers' ApiVersions behind these facts were read (None: not known, e.g. when the client
+    #: connected); 0 where they are always current (a model)
+    versions_age_s: float | None = 0.0
 
 
 # -- commands ------------------------------------------------------------------------------------------------------
@@ -174,7 +177,18 @@ class ReadBrokerConfig:
     resend_safe = True
 
 
-Command = InitProducerId | EndTxn | AddPartitions | DescribeTransaction | ReadBrokerConfig
+@attrs.frozen
+class ReadClusterFacts:
+    """The cluster's facts, every broker's ApiVersions read again first: a running client otherwise keeps the
+    versions it learnt when it connected, and never sees a broker that gained InitProducerId v6 since. Answered
+    with :class:`FactsAnswer` (the old facts, as old as they are, where a broker does not answer)."""
+
+    after_s: float = attrs.field(default=0.0, kw_only=True)
+
+    resend_safe = True
+
+
+Command = InitProducerId | EndTxn | AddPartitions | DescribeTransaction | ReadBrokerConfig | ReadClusterFacts
 
 
 # -- answers -------------------------------------------------------------------------------------------------------
@@ -223,6 +237,14 @@ class ConfigValue:
 
 
 @attrs.frozen
+class FactsAnswer:
+    """ReadClusterFacts' answer."""
+
+    facts: ClusterFacts
+    error: int = codes.NONE
+
+
+@attrs.frozen
 class NoAnswer:
     """The request got no answer in time (connection lost, timed out): it may or may not have acted. ``sent``
     False: it certainly never reached a broker (its coordinator could not be found, no connection took it).
@@ -234,4 +256,4 @@ class NoAnswer:
     cause: BaseException | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
-Answer = InitAnswer | EndAnswer | AddAnswer | Described | ConfigValue | NoAnswer
+Answer = InitAnswer | EndAnswer | AddAnswer | Described | ConfigValue | FactsAnswer | NoAnswer

@@ -109,6 +109,8 @@ class ProducerCore:
         self.transactional_id = transactional_id
         self.state: CoreState = Unowned(None)
         self.fallback_reason: str | None = None
+        #: the fallback was decided because the broker has transaction.two.phase.commit.enable=false
+        self.two_phase_turned_off = False
         #: how transactions run, once init_transactions has decided it (kept after close)
         self.setup: TransactionSetup | None = None
         self._retry = retry
@@ -156,15 +158,18 @@ class ProducerCore:
         self._check(Operation.INIT, "init_transactions() was already called")
 
     def init(self, *, keep_prepared: bool, two_phase_wanted: bool, init_producer_id_max_version: int,
-             transaction_version: int, timeout_ms: int | None) -> Machine[PreparedTxnState | None]:
+             transaction_version: int, timeout_ms: int | None,
+             versions_age_s: float | None = 0.0) -> Machine[PreparedTxnState | None]:
         """``init_transactions``; its result is the kept prepared transaction, if any."""
         self.check_init()
         plan = Initialization(self.transactional_id, keep_prepared=keep_prepared, two_phase_wanted=two_phase_wanted,
                               init_producer_id_max_version=init_producer_id_max_version,
-                              transaction_version=transaction_version, timeout_ms=timeout_ms)
+                              transaction_version=transaction_version, timeout_ms=timeout_ms,
+                              versions_age_s=versions_age_s)
 
         def done(found: Initialized) -> Finished[PreparedTxnState | None]:
             self.fallback_reason = plan.fallback_reason
+            self.two_phase_turned_off = plan.two_phase_turned_off
             self.setup = found.setup
             if found.held is not None:
                 owner = Owner.KEPT_BY_BROKER if found.kept_by_broker else Owner.RESUMED

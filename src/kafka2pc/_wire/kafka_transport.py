@@ -30,28 +30,33 @@ from kafka2pc._core.messages import (
     DescribeTransaction,
     EndAnswer,
     EndTxn,
+    FactsAnswer,
     InitAnswer,
     InitProducerId,
     NoAnswer,
     ObservedTransaction,
     ProducerIdentity,
     ReadBrokerConfig,
+    ReadClusterFacts,
     TransactionDescription,
     TransactionListing,
 )
 from kafka2pc._core.versions import INIT_PRODUCER_ID_2PC_VERSION
 from kafka2pc._data.produce import ProduceCall, ProduceReply
+from kafka2pc._wire import api_versions
 from kafka2pc._wire.cluster_client import ClusterClient
 from kafka2pc._wire.connection_lanes import DEFAULT_WIDTH
 from kafka2pc._wire.listing import list_transactions
 from kafka2pc._wire.retrying import NOT_SENT, TRANSIENT
-from kafka2pc.errors import AuthorizationError, BrokerUnavailableError, KafkaProtocolError
+from kafka2pc.errors import AuthorizationError, BrokerUnavailableError, KafkaProtocolError, UnsupportedByBrokerError
 
 log = logging.getLogger(__name__)
 #: requests of one concurrent round at most: a broker's lanes times the five requests kafka-python keeps in flight on
 #: a connection. Beyond that a connection refuses to send ("Node paused: max_in_flight"), and the refused requests,
 #: sent again together, starved (256 aborts at once: some went unanswered for 60 s); a larger round goes in waves
 WAVE = DEFAULT_WIDTH * 5
+#: how long reading the brokers' ApiVersions again may take: where one does not answer, the known ones are used
+_READ_AGAIN_S = 5.0
 
 
 class KafkaTransport:
@@ -68,12 +73,15 @@ class KafkaTransport:
         return time.monotonic()
 
     def cluster_facts(self) -> ClusterFacts:
-        """Read from the bootstrap broker's ApiVersions and the cluster's finalized features."""
+        """Read from the ApiVersions the client holds (the bootstrap broker's when it connected, or every broker's
+        since :class:`~kafka2pc._core.messages.ReadClusterFacts`; their age says which) and the cluster's finalized
+        features."""
         client = self.client
+        age = api_versions.age_s(client)
         tv2 = (client.finalized_feature_level("transaction.version") >= 2
                and client.broker_max_version(ProduceRequest) >= 12
                and client.broker_max_version(EndTxnRequest) >= 5)
-        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1)
+        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1, versions_age_s=age)
 
     # -- coordinator commands ----------------------------------------------------------------------------------------
 
@@ -84,6 +92,9 @@ class KafkaTransport:
             time.sleep(command.after_s)
         if isinstance(command, ReadBrokerConfig):
             return ConfigValue(self._broker_config(command.name))
+        if isinstance(command, ReadClusterFacts):
+            api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+            return FactsAnswer(self.cluster_facts())
         node = self._coordinator(transactional_id, command)
         if not isinstance(node, int):
             return node
@@ -91,6 +102,12 @@ class KafkaTransport:
             response = self.client.send(_request(transactional_id, command), node_id=node)
         except TRANSIENT as exc:
             return self._lost(transactional_id, exc)
+        except UnsupportedByBrokerError:
+            if isinstance(command, InitProducerId) and (command.enable_2pc or command.keep_prepared):
+                # the connection found the broker without InitProducerId v6 (2PC turned off, a downgrade) while the
+                # client's versions still had it: reported as the broker's own refusal would be
+                return InitAnswer(codes.UNSUPPORTED_VERSION)
+            raise
         return self._answer(transactional_id, command, response)
 
     def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:

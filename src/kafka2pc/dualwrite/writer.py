@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -33,11 +34,13 @@ from kafka2pc.errors import (
     TransactionStateError,
 )
 from kafka2pc.prepared_state import PreparedTxnState
-from kafka2pc.producer import Transport, TwoPhaseProducer
+from kafka2pc.producer import DECISION_STANDS_S, Transport, TwoPhaseProducer, decision_stands
 from kafka2pc.transaction_control import ControlTransport, TransactionControl
 
 log = logging.getLogger(__name__)
 
+#: the clock of two-phase decisions (monotonic)
+_now = time.monotonic
 #: the state row's owner after DualWriter.resolve: no writer, yet the row has been owned (see plan_recovery)
 RESOLVED_BY_OPERATOR = "resolved-by-operator"
 
@@ -101,6 +104,8 @@ class DualWriter:
         #: True once a recovery made this writer the id's owner: from then on another owner means it is fenced
         self._owned = False
         self._in_block = False
+        #: when the producer decided on two-phase commit (its init_transactions, in the last recovery)
+        self._decided_at: float | None = None
 
     def _new_producer(self) -> TwoPhaseProducer:
         if self._client is not None:
@@ -173,6 +178,7 @@ class DualWriter:
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
+            self._decided_at = _now()
             table.write(self.transactional_id, owner=self._owner, completed=True, lease=self._lease)
             self._db.commit()
         except BaseException:
@@ -223,6 +229,7 @@ class DualWriter:
 
     def _transaction(self) -> Iterator[DualWriteTransaction]:
         self.recover_unfinished()
+        self._decide_again_if_due()
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
         if self._lease is not None and stored.lease_owner != self._owner:
@@ -278,6 +285,19 @@ class DualWriter:
                     self._db.rollback()
                 return
         self._needs_recovery = False
+
+    def _decide_again_if_due(self) -> None:
+        """Between transactions, once the producer's two-phase decision no longer stands (older than
+        ``DECISION_STANDS_S``): a recovery, which finds the last transaction completed and initialises a new producer,
+        so the writer follows a cluster that gained two-phase commit, or turned it off. Should it fail, the writer
+        needs a recovery, as after any other failure."""
+        if not self._two_phase_commit or decision_stands(self._decided_at, _now()):
+            return
+        log.info("%r: two-phase commit was decided (%s) more than %g s ago: initialising again to follow the "
+                 "cluster", self.transactional_id,
+                 "in use" if self._producer.two_phase_commit_active else "fallen back", DECISION_STANDS_S)
+        self._needs_recovery = True
+        self.recover_unfinished()
 
     def _check_block_intact(self) -> None:
         """Raise if the application ended the DB transaction inside the block (its commit() or rollback() ends the

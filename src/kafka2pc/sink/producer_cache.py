@@ -8,14 +8,18 @@ transaction, a committer ended it (which bumped the epoch), and the producer tak
 is dropped and the task takes the id over with a new one, which fences every earlier producer.
 
 A producer that asked for two-phase commit and fell back (brokers without it) is not kept: each task's new
-InitProducerId asks for Enable2Pc again, so a cluster that gains it is used from the next task on, instead of cached
-producers going on with transactions the broker times out.
+producer decides again (:class:`~kafka2pc._core.initialization.Initialization`, which reads the brokers' ApiVersions
+again when the ones it has are older than ``VERSIONS_MAX_AGE_S``), so a cluster that gains it is used within that
+time. A producer that uses it goes on only while its decision stands (``DECISION_STANDS_S``,
+:func:`~kafka2pc._core.initialization.decision_stands`): then a new one initialises, so a cluster that turned it
+off is followed too, instead of cached producers going on with transactions that never time out.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +31,7 @@ from kafka2pc.config import ClientConfig
 from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.config.producer import max_block_ms
 from kafka2pc.config.redaction import reveal
-from kafka2pc.producer import State, TwoPhaseProducer
+from kafka2pc.producer import DECISION_STANDS_S, State, TwoPhaseProducer, decision_stands
 from kafka2pc.transaction_control import ObservedTransaction
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ class ProducerCache:
         self._clock = clock
         self._clients: dict[ConfigKey, _Entry[ClusterClient]] = {}
         self._producers: dict[tuple[ConfigKey, str, bool], _Entry[TwoPhaseProducer]] = {}
+        #: when each producer handed out or kept decided on two-phase commit (its init_transactions, or before)
+        self._decided_at: weakref.WeakKeyDictionary[TwoPhaseProducer, float] = weakref.WeakKeyDictionary()
 
     def client(self, config: Mapping[str, Any]) -> ClusterClient:
         """The process's client for a cluster configuration (connected on first use)."""
@@ -87,6 +93,12 @@ class ProducerCache:
             metrics.PRODUCER_CACHE_LOOKUPS.labels(result="absent").inc()
             return None
         producer = entry.value
+        if two_phase_commit and not decision_stands(self._decided_at.get(producer), self._clock()):
+            log.info("cached producer of %r decided on two-phase commit more than %g s ago: a new one initialises, "
+                     "following the cluster's setting", transactional_id, DECISION_STANDS_S)
+            metrics.PRODUCER_CACHE_LOOKUPS.labels(result="superseded").inc()
+            producer.close()
+            return None
         if producer.continue_after_completion(observed):
             metrics.PRODUCER_CACHE_LOOKUPS.labels(result="continued").inc()
             return producer
@@ -108,7 +120,9 @@ class ProducerCache:
         previous = self._producers.pop(key, None)
         if previous is not None:
             previous.value.close()
-        self._producers[key] = _Entry(producer, self._clock())
+        now = self._clock()
+        self._decided_at.setdefault(producer, now)  # a new one decided during its task; one gone on keeps its time
+        self._producers[key] = _Entry(producer, now)
         self.evict_idle()
 
     def evict_idle(self) -> None:
