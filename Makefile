@@ -77,7 +77,9 @@ bench-recovery: jars
 # job's driver SIGKILLed 30 times (2 in the default suite, the first ones aimed inside a transaction), and the
 # foreachBatch job's 12 times (2 in the default suite; every other kill right after a save() returned), and the main
 # job with its checkpoint on HDFS 5 times (the default suite kills it once, after a NameNode outage), and the main job through 5 storage outages
-# around its commits with its checkpoint on HDFS and 5 on S3 (the default suite: one on HDFS, none on S3).
+# around its commits with its checkpoint on HDFS and 5 on S3 (the default suite: one on HDFS, none on S3); and the
+# main job through an in-place upgrade of its broker from 3.9.2 to 4.4.0 with two-phase commit on (about 5 min; the
+# default suite turns two-phase commit on and off under the sink's writer on 4.4.0).
 chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
@@ -85,6 +87,7 @@ chaos: jars s3a-jars
 	KAFKA2PC_HDFS_DRIVER_KILLS=5 $(PY) -m pytest -p no:logging tests/integration/test_remote_checkpoints.py -k driver_kills $(PYTEST_ARGS)
 	KAFKA2PC_STORAGE_OUTAGES=5 $(PY) -m pytest -p no:logging tests/integration/test_storage_outages.py $(PYTEST_ARGS)
 	KAFKA2PC_FLEET_LEASE_S=15 $(PY) -m pytest -p no:logging tests/integration/test_dual_write_fleet.py $(PYTEST_ARGS)
+	KAFKA2PC_UPGRADE_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_broker_gains_2pc.py -k spark $(PYTEST_ARGS)
 
 # kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
 # packs an environment, so it is not part of `make test`.

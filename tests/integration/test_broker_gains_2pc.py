@@ -1,15 +1,18 @@
 """A broker's two-phase commit turned on, then off, under a running writer, on a real 4.4.0 node restarted on its own
 log directory: the sink's writer and committer switch to Enable2Pc (DescribeTransactions shows
 TransactionTimeoutMs 2147483647) within a minute, without a new client, and the data stays exact; and what the
-broker does with a prepared two-phase transaction when two-phase commit is turned off (docs/brokers.md)."""
+broker does with a prepared two-phase transaction when two-phase commit is turned off (docs/brokers.md). ``make
+chaos`` (KAFKA2PC_UPGRADE_SPARK=1) also runs the Spark streaming job through an in-place upgrade 3.9.2 -> 4.4.0."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +170,101 @@ def test_two_phase_commit_turned_off_leaves_prepared_transactions_open_and_kafka
             in r.getMessage() and "off-new" in r.getMessage()]
     assert len(loud) == 1, [r.getMessage() for r in caplog.records]
     assert [record.value for record in read_records(kafka, topic)] == [b"off-commit"]
+
+
+#: ``make chaos``: the Spark streaming job through an in-place upgrade 3.9.2 -> 4.4.0 with two-phase commit on
+UPGRADE_SPARK = os.environ.get("KAFKA2PC_UPGRADE_SPARK", "") not in ("", "0")
+SPARK_JOB = Path(__file__).resolve().parents[2] / "examples" / "spark_job.py"
+
+
+class TransactionWatch:
+    """Every transaction open under a sink's prefix, described while it is open (polled on a client of its own):
+    ``(start time in s since the epoch, id, TransactionTimeoutMs)`` per transaction (id, producer id, epoch)."""
+
+    def __init__(self, kafka, prefix_of):
+        from kafka2pc.sink.integration import TransactionalIdGrammar  # noqa: PLC0415
+
+        self._grammar_of = TransactionalIdGrammar
+        self._kafka, self._prefix_of = kafka, prefix_of
+        self.seen: dict[tuple[str, int, int], tuple[float, str, int]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with ClusterClient(ClientConfig.from_dict(self._kafka.client_config)) as client:
+            control = TransactionControl(client)
+            while not self.stop.wait(0.3):  # until the test stops it
+                prefix = self._prefix_of()
+                if prefix is None:
+                    continue
+                grammar = self._grammar_of(prefix)
+                try:
+                    listed = [t.transactional_id for t in control.list(states=["Ongoing"])
+                              if grammar.owns(t.transactional_id)]
+                    for txn_id in listed:
+                        found = control.describe_full(txn_id)
+                        if found is not None and found.state == "Ongoing":
+                            self.seen.setdefault((txn_id, found.producer_id, found.epoch),
+                                                 (found.start_time_ms / 1000, txn_id, found.timeout_ms))
+                except Kafka2pcError:
+                    continue  # the broker restarting
+
+
+@pytest.mark.skipif(not UPGRADE_SPARK, reason="make chaos (KAFKA2PC_UPGRADE_SPARK=1): a Spark job through an upgrade")
+@pytest.mark.timeout(900)
+def test_a_spark_job_switches_to_two_phase_commit_through_an_in_place_upgrade(kafka_factory, tmp_path):
+    pytest.importorskip("pyspark")
+    from kafka2pc_harness.spark import run_driver  # noqa: PLC0415
+
+    from .spark_support import audit, open_transactions, produce_orders, sink_prefix  # noqa: PLC0415
+
+    kafka = _node_control(kafka_factory(BrokerSettings(version="3.9.2")))
+    bootstrap = kafka.bootstrap_servers
+    source, sink = create_topic(kafka, partitions=3), create_topic(kafka, partitions=3)
+    checkpoint = tmp_path / "checkpoint"
+    orders = 3000
+    produce_orders(bootstrap, source, 0, orders)  # a backlog that keeps the job busy through the upgrade
+    job_args = ["--bootstrap", bootstrap, "--source", source, "--sink", sink, "--checkpoint", str(checkpoint),
+                "--batch-size", "15", "--trigger-seconds", "0.5"]
+    driver = run_driver(SPARK_JOB, job_args, log_dir=tmp_path / "run")
+
+    def prefix() -> str | None:
+        try:
+            return sink_prefix(checkpoint)
+        except AssertionError:  # not pinned yet
+            return None
+
+    watch = TransactionWatch(kafka, prefix)
+    try:
+        driver.wait_for_line(r"^batch \d+:", timeout_s=240)
+        watch.thread.start()
+        time.sleep(10)
+        kafka.restart_with(BrokerSettings(version="4.4.0", two_phase_commit=True))  # in place: same log directory
+        back = time.time()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and driver.returncode is None:
+            time.sleep(1)
+        alive = driver.returncode is None
+    finally:
+        watch.stop.set()
+        watch.thread.join(timeout=30)
+        driver.kill_group()
+    assert alive, driver.output_tail()
+    final = run_driver(SPARK_JOB, [*job_args, "--until-caught-up"], log_dir=tmp_path / "final")
+    assert final.wait(timeout_s=400) == 0, final.output_tail()
+
+    seen = sorted(watch.seen.values())
+    before = [timeout for started, _, timeout in seen if started < back - 15]
+    after = [(started - back, timeout) for started, _, timeout in seen if started > back]
+    two_phase = [delay for delay, timeout in after if timeout == TWO_PHASE_TIMEOUT_MS]
+    print(f"\nbefore the upgrade: {len(before)} transactions seen, timeouts {sorted(set(before))}; after: "
+          f"{len(after)} seen, {len(two_phase)} two-phase, the first begun {min(two_phase, default=-1):.1f} s after "
+          f"the broker was back; after {VERSIONS_MAX_AGE_S + 20:g} s: "
+          f"{sorted({t for d, t in after if d > VERSIONS_MAX_AGE_S + 20})}")
+    assert before and set(before) == {FALLBACK_TIMEOUT_MS}
+    assert two_phase and min(two_phase) < 60
+    assert {timeout for delay, timeout in after if delay > VERSIONS_MAX_AGE_S + 20} == {TWO_PHASE_TIMEOUT_MS}
+    report = audit(bootstrap, sink, orders)
+    assert (report["records"], report["duplicates"], report["gaps"], report["outside_range"]) == (orders, 0, 0, 0)
+    assert report["lso_pinned"] == [] and report["clean"]
+    assert open_transactions(bootstrap, sink_prefix(checkpoint)) == []
