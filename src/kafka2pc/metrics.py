@@ -1,19 +1,66 @@
 """kafka2pc's metrics, in Prometheus' data model (``prometheus_client``'s default registry).
 
 Serve them with ``prometheus_client.start_http_server(port)``, or read them with :func:`render` /
-:func:`sample`. Names start with ``kafka2pc_``.
+:func:`sample`. Names start with ``kafka2pc_``. docs/operations.md says what each one covers, and ``ops/`` has alert
+rules and a dashboard built on them.
 """
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, generate_latest
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextvars import ContextVar
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+
+#: the ``path`` label: who ran a phase. ``producer`` is a TwoPhaseProducer used directly (the sink's tasks prepare
+#: through one too); ``sink`` the sink's committer and recovery; ``dual_write`` a DualWriter (and its pool)
+PRODUCER, SINK, DUAL_WRITE = "producer", "sink", "dual_write"
+#: the ``reason`` label of transactions settled by recovery
+COMMITTED_DECIDED, ABORTED_UNDECIDED = "committed_decided", "aborted_undecided"
+#: the ``reason`` label of fallbacks: InitProducerId v6 not advertised; the broker's
+#: transaction.two.phase.commit.enable=false; Enable2Pc refused and the config unreadable (the principal may lack
+#: TWO_PHASE_COMMIT); v6 gone under a running client; a Spark batch whose tasks fell back (counted by the driver);
+#: a reason this release does not know
+FALLBACK_REASONS = ("no_v6", "config_off", "acl", "turned_off", "sink_batch", "other")
+#: the phases' latency buckets (seconds): a millisecond to five minutes
+PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+                 300.0)
 
 TRANSACTIONS_ENDED = Counter(
     "kafka2pc_transactions_ended", "Transactions ended by kafka2pc producers and committers, by outcome",
     ["outcome"])
 TWO_PHASE_FALLBACKS = Counter(
     "kafka2pc_two_phase_commit_fallbacks",
-    "Producers asked for two-phase commit that fell back to standard transactions (broker without Enable2Pc)")
+    "Producers asked for two-phase commit that fell back to standard transactions, by reason (no_v6, config_off, "
+    "acl, turned_off; sink_batch: a Spark batch whose tasks fell back)", ["reason"])
+PREPARE_SECONDS = Histogram(
+    "kafka2pc_prepare_seconds", "Preparing a transaction (flushing its records, then the vote), by who asked",
+    ["path"], buckets=PHASE_BUCKETS)
+RECORD_DECISION_SECONDS = Histogram(
+    "kafka2pc_record_decision_seconds",
+    "Recording the commit decision (the commit point): the sink's decision log write, the dual writer's database "
+    "commit", ["path"], buckets=PHASE_BUCKETS)
+COMPLETE_SECONDS = Histogram(
+    "kafka2pc_complete_seconds",
+    "Completing transactions: a producer's commit or abort, the sink committer's completion of a decision (all its "
+    "transactions), the dual writer's Kafka completion after its database commit", ["path"], buckets=PHASE_BUCKETS)
+RECOVERY_RUN_SECONDS = Histogram(
+    "kafka2pc_recovery_seconds",
+    "One recovery run: the sink's recovery of a prefix, a dual writer's recovery of its id", ["path"],
+    buckets=PHASE_BUCKETS)
+OLDEST_OPEN_TRANSACTION = Gauge(
+    "kafka2pc_oldest_open_transaction_seconds",
+    "Age of the oldest open or prepared transaction under a prefix that this process knows of (its own, and those "
+    "its recoveries found and have not settled; 0: none): it holds back read_committed consumers of its partitions",
+    ["prefix"], multiprocess_mode="livemax")
+RECOVERY_SETTLED = Counter(
+    "kafka2pc_recovery_settled_transactions",
+    "Transactions recovery settled, by reason: committed_decided (decided, so committed), aborted_undecided "
+    "(never decided, so aborted)", ["prefix", "path", "reason"])
 LIVE_IDS = Gauge(
     "kafka2pc_sink_live_transactional_ids", "Transactional ids in use (open or prepared) by a sink subtask",
     ["prefix", "subtask"])
@@ -56,6 +103,132 @@ DUAL_WRITE_KEEPER_ERRORS = Counter(
 DUAL_WRITE_LEASES_TAKEN_OVER = Counter(
     "kafka2pc_dual_write_leases_taken_over", "Expired leases of other processes a pool claimed and settled",
     ["prefix"])
+
+_PRODUCER_PATH: ContextVar[str] = ContextVar("kafka2pc_metrics_path", default=PRODUCER)
+
+
+@contextlib.contextmanager
+def on_behalf_of(path: str) -> Iterator[None]:
+    """Within the block, a TwoPhaseProducer's phases are labelled ``path`` (an engine driving its producer): each
+    phase is counted once, under whoever asked for it."""
+    token = _PRODUCER_PATH.set(path)
+    try:
+        yield
+    finally:
+        _PRODUCER_PATH.reset(token)
+
+
+def producer_path() -> str:
+    """The ``path`` label of a TwoPhaseProducer's phase now (see :func:`on_behalf_of`)."""
+    return _PRODUCER_PATH.get()
+
+
+def fallback_reason(reason: str) -> str:
+    """The bounded ``reason`` label of a fallback, from the reason the producer's initialisation gave."""
+    if "no longer advertises" in reason:
+        return "turned_off"
+    if "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in reason:  # refused, and the broker's config could not be read
+        return "acl"
+    if "commit.enable=false" in reason:
+        return "config_off"
+    if "advertises InitProducerId up to" in reason:
+        return "no_v6"
+    return "other"
+
+
+_SINK_ID = re.compile(r"(.+)-(?:0|[1-9][0-9]{0,9})-(?:0|[1-9][0-9]{0,9})")
+
+
+def sink_prefix(transactional_id: str) -> str | None:
+    """The prefix of a sink id ``<prefix>-<subtask>-<counter>``; None for any other id."""
+    match = _SINK_ID.fullmatch(transactional_id)
+    return None if match is None else match.group(1)
+
+
+class OpenTransactions:
+    """The transactions this process knows to be open or prepared, by prefix and path, since when (wall clock, as
+    the brokers' DescribeTransactions start times are): what :data:`OLDEST_OPEN_TRANSACTION` shows. Thread-safe.
+
+    The value is computed when the gauge is read; under prometheus_client's multiprocess mode (which reads what
+    processes wrote) it is written at every change and by :meth:`refresh` (a DualWriterPool's keeper, every round).
+    """
+
+    def __init__(self, gauge: Gauge, clock: Callable[[], float] = time.time):
+        self._gauge = gauge
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, str], dict[str, float]] = {}
+        self._prefixes: set[str] = set()
+
+    def opened(self, prefix: str, path: str, transactional_id: str, since: float | None = None) -> None:
+        """A transaction of this process opened on ``transactional_id`` (now, or at ``since``)."""
+        with self._lock:
+            self._open.setdefault((prefix, path), {})[transactional_id] = self._clock() if since is None else since
+        self._changed(prefix)
+
+    def found(self, prefix: str, path: str, transactional_id: str, since: Callable[[], float | None]) -> None:
+        """An open transaction on ``transactional_id`` this process now answers for (offered to its committer, or
+        found by its recovery); ``since`` (called only when it is not known yet) gives its start, None: now."""
+        with self._lock:
+            if transactional_id in self._open.get((prefix, path), {}):
+                return
+        started = since()
+        with self._lock:
+            self._open.setdefault((prefix, path), {}).setdefault(
+                transactional_id, self._clock() if started is None else started)
+        self._changed(prefix)
+
+    def closed(self, prefix: str, path: str, transactional_id: str) -> None:
+        """The transaction on ``transactional_id`` ended (or is no longer this process's to know)."""
+        with self._lock:
+            known = self._open.get((prefix, path), {}).pop(transactional_id, None)
+        if known is not None:
+            self._changed(prefix)
+
+    def retain(self, prefix: str, path: str, transactional_ids: Collection[str],
+               since: Callable[[str], float | None]) -> None:
+        """A listing showed that of ``prefix``'s ids on ``path``, ``transactional_ids`` are the open ones this
+        process answers for: forget every other, and add those not known yet (``since(id)``: its start)."""
+        with self._lock:
+            known = self._open.setdefault((prefix, path), {})
+            for gone in set(known) - set(transactional_ids):
+                del known[gone]
+            new = [txn_id for txn_id in transactional_ids if txn_id not in known]
+        starts = {txn_id: since(txn_id) for txn_id in new}
+        now = self._clock()
+        with self._lock:
+            known = self._open.setdefault((prefix, path), {})
+            for txn_id, started in starts.items():
+                known.setdefault(txn_id, now if started is None else started)
+        self._changed(prefix)
+
+    def oldest(self, prefix: str) -> float:
+        """Seconds since the oldest transaction of ``prefix`` this process knows of opened; 0 when there is none."""
+        now = self._clock()
+        with self._lock:
+            starts = [since for (known_prefix, _), ids in self._open.items() if known_prefix == prefix
+                      for since in ids.values()]
+        return max((max(0.0, now - since) for since in starts), default=0.0)
+
+    def refresh(self) -> None:
+        """Write the current ages (for prometheus_client's multiprocess mode, which reads what was written)."""
+        with self._lock:
+            prefixes = list(self._prefixes)
+        for prefix in prefixes:
+            self._gauge.labels(prefix=prefix).set(self.oldest(prefix))
+
+    def _changed(self, prefix: str) -> None:
+        child = self._gauge.labels(prefix=prefix)
+        with self._lock:
+            new = prefix not in self._prefixes
+            self._prefixes.add(prefix)
+        if new:
+            child.set_function(lambda: self.oldest(prefix))
+        child.set(self.oldest(prefix))
+
+
+#: this process's open transactions, behind :data:`OLDEST_OPEN_TRANSACTION`
+OPEN_TRANSACTIONS = OpenTransactions(OLDEST_OPEN_TRANSACTION)
 
 
 def render() -> bytes:

@@ -173,7 +173,7 @@ class TwoPhaseProducer:
             versions_age_s=facts.versions_age_s))
         reason = self._core.fallback_reason
         if reason is not None:
-            metrics.TWO_PHASE_FALLBACKS.inc()
+            metrics.TWO_PHASE_FALLBACKS.labels(reason=metrics.fallback_reason(reason)).inc()
             setup = self._core.setup
             if self._core.two_phase_turned_off:
                 log.error(
@@ -261,9 +261,13 @@ class TwoPhaseProducer:
                         "not completed within transaction.timeout.ms=%s. Pass two_phase_commit=True for one that "
                         "outlives that (KIP-939).", self.transactional_id,
                         getattr(self._core.setup, "timeout_ms", None) or self._config.transaction_timeout_ms)
-        with self._sending():
-            self._sender.flush()
-        return self._core.prepare()
+        started = time.monotonic()
+        try:
+            with self._sending():
+                self._sender.flush()
+            return self._core.prepare()
+        finally:
+            metrics.PREPARE_SECONDS.labels(path=metrics.producer_path()).observe(time.monotonic() - started)
 
     def commit_transaction(self) -> None:
         """Commit the current (or recovered, prepared) transaction; flushes first when not prepared. After
@@ -319,11 +323,14 @@ class TwoPhaseProducer:
         return self._core.continue_after_completion(observed)
 
     def _ended(self, operation: Machine[TransactionOutcome]) -> TransactionOutcome:
+        started = time.monotonic()
         try:
             outcome = self._run(operation)
         except TransactionLostError:
             metrics.TRANSACTIONS_ENDED.labels(outcome="lost").inc()
             raise
+        finally:
+            metrics.COMPLETE_SECONDS.labels(path=metrics.producer_path()).observe(time.monotonic() - started)
         metrics.TRANSACTIONS_ENDED.labels(outcome=outcome.value).inc()
         return outcome
 

@@ -250,7 +250,7 @@ class SinkDriver:
     def _announce_fallback(self, messages: Sequence[TaskMessage | None]) -> None:
         if all(m.two_phase_active for m in messages if m is not None) or not self.options.two_phase_commit:
             return
-        metrics.TWO_PHASE_FALLBACKS.inc()
+        metrics.TWO_PHASE_FALLBACKS.labels(reason="sink_batch").inc()
         state = self.state
         if not state.fallback_announced:
             log.warning("kafka2pc sink %r: two-phase commit is NOT active on this cluster: prepared transactions "
