@@ -40,8 +40,6 @@ class TurnedOff(ModelTransport):
         return super().execute(transactional_id, command)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="review 32 finding 3: fails until its fix lands (then drop this)")
 def test_a_v1_producer_whose_bump_can_no_longer_be_sent_is_told_so_not_told_to_retry():
     """Transaction protocol v1 with two-phase commit: between transactions the producer bumps its epoch with
     InitProducerId (Enable2Pc). Once v6 is gone, b5ec3c6's transport answers that bump UNSUPPORTED_VERSION, which

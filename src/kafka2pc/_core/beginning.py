@@ -45,6 +45,7 @@ from kafka2pc.errors import (
     ConfigError,
     ProducerFencedError,
     TransactionLostError,
+    UnsupportedByBrokerError,
 )
 
 #: a bump to this epoch or beyond rotates the producer id; a retry of it cannot be told from another producer's init
@@ -140,6 +141,11 @@ class Bumping:
         if codes.kind(answer.error) is codes.Kind.DONE and answer.identity is not None:
             self.state = Ready(self.setup, answer.identity, max(0, self.state.bumps_due - 1))
             return self.start()
+        if codes.kind(answer.error) is codes.Kind.UNSUPPORTED:
+            raise UnsupportedByBrokerError(
+                f"transactional id {self.transactional_id!r}: the bump of {mine} cannot be sent (InitProducerId "
+                "with Enable2Pc is no longer spoken: two-phase commit turned off?); close this producer and "
+                "initialise a new one")
         error = init_error(self.transactional_id, answer.error, self.setup.timeout_ms)
         if isinstance(error, FATAL):
             raise error

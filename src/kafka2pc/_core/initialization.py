@@ -141,7 +141,9 @@ class Initialization:
     def _after_facts(self, facts: ClusterFacts) -> Command:
         """Decide again on the facts read afresh (once: as old as they are, where a broker did not answer)."""
         self._init_max = facts.init_producer_id_max_version
-        self._can_2pc = self._init_max >= INIT_PRODUCER_ID_2PC_VERSION
+        read = facts.versions_age_s is not None and not versions_too_old(facts.versions_age_s)
+        # the coordinator's connection refused v6: only versions read afresh may say it is back
+        self._can_2pc = self._init_max >= INIT_PRODUCER_ID_2PC_VERSION and (read or not self._v6_gone)
         self.transaction_version = facts.transaction_version
         self._versions_age_s, self._facts_read = 0.0, True
         return self.start()

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 Ranges = Mapping[int, tuple[int, int]]
 #: when each client last read every broker's ApiVersions (monotonic clock)
 _READ_AT: weakref.WeakKeyDictionary[ClusterClient, float] = weakref.WeakKeyDictionary()
+#: when a read of them last failed (a broker did not answer): not tried again sooner than the age that asks for one
+_FAILED_AT: weakref.WeakKeyDictionary[ClusterClient, float] = weakref.WeakKeyDictionary()
+_RETRY_FAILED_S = 10.0
 
 
 def age_s(client: ClusterClient) -> float | None:
@@ -58,6 +61,9 @@ def read_again(client: ClusterClient, *, timeout_s: float) -> bool:
     """Read the ApiVersions of every broker the client knows; when all answered, make the client use the versions
     they all speak (its connections, the spread lanes, and connections it opens later) and note the time. False,
     changing nothing, when a broker did not answer within ``timeout_s``."""
+    failed_at = _FAILED_AT.get(client)
+    if failed_at is not None and time.monotonic() - failed_at < _RETRY_FAILED_S:
+        return False
     per_broker = []
     for broker in client.broker_ids():
         try:
@@ -66,6 +72,7 @@ def read_again(client: ClusterClient, *, timeout_s: float) -> bool:
                 timeout_s=timeout_s)
         except (Kafka2pcError, *TRANSIENT) as exc:
             log.info("could not read the ApiVersions of broker %s again (%r): the known ones stay in use", broker, exc)
+            _FAILED_AT[client] = time.monotonic()
             return False
         if codes.kind(response.error_code) is not codes.Kind.DONE:
             log.info("broker %s answered ApiVersions with %s: the known versions stay in use", broker,

@@ -83,6 +83,13 @@ class KafkaTransport:
                and client.broker_max_version(EndTxnRequest) >= 5)
         return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1, versions_age_s=age)
 
+    def _versions_for(self, commands: Sequence[Command]) -> None:
+        """Before a transaction protocol 2 end on a client whose versions lack EndTxn v5 (learnt before an upgrade),
+        read every broker's versions again."""
+        if any(isinstance(c, EndTxn) and c.transaction_version >= 2 for c in commands) \
+                and self.client.broker_max_version(EndTxnRequest) < 5:
+            api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+
     # -- coordinator commands ----------------------------------------------------------------------------------------
 
     def execute(self, transactional_id: str, command: Command) -> Answer:
@@ -95,6 +102,7 @@ class KafkaTransport:
         if isinstance(command, ReadClusterFacts):
             api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
             return FactsAnswer(self.cluster_facts())
+        self._versions_for([command])
         node = self._coordinator(transactional_id, command)
         if not isinstance(node, int):
             return node
@@ -117,6 +125,7 @@ class KafkaTransport:
         delay = max((command.after_s for _, command in commands), default=0.0)
         if delay:
             time.sleep(delay)
+        self._versions_for([command for _, command in commands])
         answers: list[Answer | None] = [None] * len(commands)
         batched = [(i, txn_id, command) for i, (txn_id, command) in enumerate(commands)
                    if isinstance(command, EndTxn | DescribeTransaction)]
@@ -255,9 +264,11 @@ def _request(transactional_id: str, command: Command) -> Any:
                                      producer_epoch=epoch)
     if isinstance(command, EndTxn):
         target = command.transaction
+        if command.transaction_version >= 2:  # pinned: a connection holding older versions must not send v4
+            return EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
+                                 producer_epoch=target.epoch, committed=command.commit, max_version=5, min_version=5)
         return EndTxnRequest(transactional_id=transactional_id, producer_id=target.producer_id,
-                             producer_epoch=target.epoch, committed=command.commit,
-                             max_version=5 if command.transaction_version >= 2 else 4)
+                             producer_epoch=target.epoch, committed=command.commit, max_version=4)
     if isinstance(command, AddPartitions):
         topics: dict[str, list[int]] = {}
         for topic, partition in sorted(command.partitions):

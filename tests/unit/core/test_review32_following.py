@@ -35,8 +35,6 @@ def _answer(command):
     return InitAnswer(codes.NONE, ME)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="review 32 finding 2: fails until its fix lands (then drop this)")
 def test_enable_2pc_refused_by_the_connection_with_versions_unreadable_is_never_a_fatal_error():
     """Rolling turn-off of two-phase commit: a fresh producer whose Enable2Pc the connection refuses, while one broker
     does not answer ApiVersions, must fall back (or fail retriably). On b5ec3c6 it re-sends Enable2Pc on the stale

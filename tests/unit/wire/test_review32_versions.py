@@ -6,7 +6,6 @@ import asyncio
 import types
 
 import kafka.errors as kafka_errors
-import pytest
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS, BrokerVersionData
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
@@ -78,8 +77,6 @@ class Client:
         return types.SimpleNamespace(error_code=0, producer_id=7, producer_epoch=0)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="review 32 finding 1: fails until its fix lands (then drop this)")
 def test_a_transaction_protocol_2_commit_is_never_sent_as_endtxn_v4():
     """The Spark driver's client (and TransactionControl's, `kafka2pc recover`'s) never initialises a producer, so
     b5ec3c6 never reads its versions again: after an in-place upgrade 3.9 -> 4.x and transaction.version 1 -> 2,
@@ -96,8 +93,6 @@ def test_a_transaction_protocol_2_commit_is_never_sent_as_endtxn_v4():
     assert versions == [5] and answer == EndAnswer(0, ProducerIdentity(7, 4))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="review 32 finding 4: fails until its fix lands (then drop this)")
 def test_a_read_of_the_versions_that_failed_is_not_repeated_at_every_initialisation():
     """VERSIONS_MAX_AGE_S says the versions are read again "at most once per this long per client". A read that
     fails (a broker in the client's metadata that does not answer: killed, partitioned, not yet fenced) records
