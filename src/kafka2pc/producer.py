@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -43,6 +44,9 @@ from kafka2pc.prepared_state import PreparedTxnState
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+#: the clusters (a producer's client, else its transport) on which this process saw Enable2Pc accepted: only there is
+#: a fallback reported as two-phase commit turned off (elsewhere it may never have been on)
+_TWO_PHASE_SEEN: weakref.WeakSet[object] = weakref.WeakSet()
 
 #: ``decision_stands`` and ``DECISION_STANDS_S`` are for kafka2pc's sink and dual writer, which keep producers
 #: between transactions (the core's rule, through this facade)
@@ -172,10 +176,13 @@ class TwoPhaseProducer:
             transaction_version=facts.transaction_version, timeout_ms=self._config.transaction_timeout_ms,
             versions_age_s=facts.versions_age_s))
         reason = self._core.fallback_reason
+        cluster = self._client if self._client is not None else self._transport
+        if self._core.setup is not None and self._core.setup.two_phase:
+            _TWO_PHASE_SEEN.add(cluster)
         if reason is not None:
             metrics.TWO_PHASE_FALLBACKS.labels(reason=metrics.fallback_reason(reason)).inc()
             setup = self._core.setup
-            if self._core.two_phase_turned_off:
+            if self._core.two_phase_turned_off and cluster in _TWO_PHASE_SEEN:
                 log.error(
                     "kafka2pc: two-phase commit is turned OFF on the broker for transactional id %r: %s. It falls "
                     "back to standard transactions (transaction.timeout.ms=%s). Transactions prepared while it was "

@@ -68,8 +68,6 @@ class NeverOn(ModelTransport):
         return ClusterFacts(6, self.model.transaction_version)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="review 32 finding 5: fails until its fix lands (then drop this)")
 def test_a_cluster_that_never_had_two_phase_commit_is_not_reported_as_turned_off_every_30_s(tmp_path, monkeypatch,
                                                                                           caplog):
     """On b5ec3c6 every fallback whose reason is transaction.two.phase.commit.enable=false is the ERROR "two-phase
