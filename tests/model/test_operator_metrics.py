@@ -5,7 +5,9 @@ reason, and transactions settled by recovery by reason."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 
+import attrs
 import pytest
 from prometheus_client import REGISTRY
 
@@ -20,6 +22,7 @@ from kafka2pc._core.messages import (
     ReadBrokerConfig,
     ReadClusterFacts,
 )
+from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriter, DualWriterPool
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 
@@ -117,3 +120,132 @@ def test_a_producer_with_two_phase_commit_counts_no_fallback():
     before = sum(value("kafka2pc_two_phase_commit_fallbacks_total", reason=r) for r in metrics.FALLBACK_REASONS)
     assert producer(cluster(), "no-fallback").two_phase_commit_active
     assert sum(value("kafka2pc_two_phase_commit_fallbacks_total", reason=r) for r in metrics.FALLBACK_REASONS) == before
+
+
+# -- the dual writer: phases, its open transactions, recovery ---------------------------------------------------------
+
+class Clock:
+    """The wall clock of the open-transaction table, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(metrics.OPEN_TRANSACTIONS, "_clock", fake)
+    return fake
+
+
+class Started(ModelTransport):
+    """The model, whose DescribeTransactions gives each open transaction a start time (``started_ms``)."""
+
+    started_ms = 0
+
+    def _description(self, transactional_id):
+        found = super()._description(transactional_id)
+        return None if found is None else attrs.evolve(found, start_time_ms=self.started_ms)
+
+
+def oldest(prefix: str) -> float:
+    return value("kafka2pc_oldest_open_transaction_seconds", prefix=prefix)
+
+
+def dual_writer(transport: ModelTransport, path, txn_id: str) -> DualWriter:
+    return DualWriter(sqlite3.connect(path), {**CONFIG, "transactional.id": txn_id}, transport=transport)
+
+
+def test_a_dual_write_is_timed_per_phase_and_its_transaction_counted_open_until_kafka_completes_it(tmp_path, clock):
+    transport, txn_id = cluster(), "dw-phases"
+    writer = dual_writer(transport, tmp_path / "db", txn_id)
+    phases = ("prepare", "record_decision", "complete")
+    before = {phase: value(f"kafka2pc_{phase}_seconds_count", path="dual_write") for phase in phases}
+    producers = value("kafka2pc_prepare_seconds_count", path="producer")
+    with writer.transaction() as tx:
+        tx.produce("t", b"1", partition=0)
+        clock.now += 7
+        assert oldest(txn_id) == 7  # a bare writer's prefix label is its transactional.id
+    assert oldest(txn_id) == 0
+    assert {phase: value(f"kafka2pc_{phase}_seconds_count", path="dual_write") - before[phase]
+            for phase in phases} == dict.fromkeys(phases, 1)
+    assert value("kafka2pc_prepare_seconds_count", path="producer") == producers  # counted once, as dual_write
+    writer.close()
+
+
+def test_a_dual_writes_unfinished_transaction_is_counted_until_its_recovery_commits_it(tmp_path, clock):
+    transport, txn_id = cluster(), "dw-unfinished"
+    writer = dual_writer(transport, tmp_path / "db", txn_id)
+    settled = value("kafka2pc_recovery_settled_transactions_total", prefix=txn_id, path="dual_write",
+                    reason="committed_decided")
+    runs = value("kafka2pc_recovery_seconds_count", path="dual_write")
+    # the database commits; Kafka's completion is lost
+    with pytest.raises(DualWriteIncompleteError), writer.transaction() as tx:
+        tx.produce("t", b"1", partition=0)
+        transport.faults.dropped_requests.extend([True] * 5)
+    transport.faults.dropped_requests.clear()
+    clock.now += 30
+    assert oldest(txn_id) == 30  # prepared, decided, and holding read_committed consumers back
+    writer.recover_unfinished()
+    assert oldest(txn_id) == 0
+    assert transport.model.committed_records() == [b"1"]
+    assert value("kafka2pc_recovery_settled_transactions_total", prefix=txn_id, path="dual_write",
+                 reason="committed_decided") == settled + 1
+    assert value("kafka2pc_recovery_seconds_count", path="dual_write") >= runs + 1
+    writer.close()
+
+
+def test_a_transaction_a_dead_writer_left_is_counted_from_its_start_until_a_recovery_settles_it(tmp_path, clock):
+    """Another process's transaction is known here only once this process's recovery finds it: from then on it is
+    counted from DescribeTransactions' start time until settled; a recovery that fails leaves it counted."""
+    transport = Started(CoordinatorModel(transaction_version=2, two_phase_enabled=True), Faults())
+    txn_id, path = "dw-dead", tmp_path / "db"
+    dead = dual_writer(transport, path, txn_id)
+    # a Kafka transaction the database never committed; its abort is lost
+    with pytest.raises(RuntimeError), dead.transaction() as tx:
+        tx.produce("t", b"never", partition=0)
+        transport.faults.dropped_requests.extend([True] * 5)
+        raise RuntimeError("the application failed")
+    transport.faults.dropped_requests.clear()
+    dead.close()  # "killed": its process no longer counts it, and nothing else knows of it yet
+    assert oldest(txn_id) == 0 and len(transport.model.open_transactions()) == 1
+    transport.started_ms = int((clock.now - 90) * 1000)
+    successor = dual_writer(transport, path, txn_id)
+    aborted = value("kafka2pc_recovery_settled_transactions_total", prefix=txn_id, path="dual_write",
+                    reason="aborted_undecided")
+    transport.faults.dropped_requests.extend([True] * 20)  # its recovery finds it, and cannot abort it yet
+    with pytest.raises(Exception):  # noqa: B017 - whatever the lost requests raise
+        successor.recover()
+    transport.faults.dropped_requests.clear()
+    assert oldest(txn_id) == 90
+    successor.recover()
+    assert oldest(txn_id) == 0
+    assert transport.model.open_transactions() == []
+    assert value("kafka2pc_recovery_settled_transactions_total", prefix=txn_id, path="dual_write",
+                 reason="aborted_undecided") == aborted + 1
+    successor.close()
+
+
+def test_a_pools_keeper_writes_the_ages_as_they_grow(tmp_path, clock):
+    """Under prometheus_client's multiprocess mode the gauge is what was last written: the keeper writes it every
+    round, so a stuck transaction's age grows there too."""
+    metrics.OPEN_TRANSACTIONS.opened("pool-ages", "dual_write", "pool-ages-0")
+    written = metrics.OLDEST_OPEN_TRANSACTION.labels(prefix="pool-ages")._value
+    assert written.get() == 0
+    clock.now += 12
+    transport = cluster()
+    path = tmp_path / "db"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    pool = DualWriterPool(lambda: sqlite3.connect(path, check_same_thread=False),
+                          {**CONFIG, "transactional.id": "pool-ages-keeper"}, size=1,
+                          transport_for=lambda _: transport)
+    try:
+        pool._keeper.tick()
+        assert written.get() == 12
+    finally:
+        pool.close()
+        connection.close()
+        metrics.OPEN_TRANSACTIONS.closed("pool-ages", "dual_write", "pool-ages-0")

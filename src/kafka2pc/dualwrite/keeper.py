@@ -157,6 +157,7 @@ class LeaseKeeper:
         metrics.DUAL_WRITE_OLDEST_EXPIRED_LEASE.labels(**self._labels).set(expired[0][1] if expired else 0)
         metrics.DUAL_WRITE_OLDEST_OPEN_TRANSACTION.labels(**self._labels).set(
             max((now - t for t in opened), default=0.0))
+        metrics.OPEN_TRANSACTIONS.refresh()  # the ages as they are now, for the multiprocess mode's files
 
     # -- the worker: what needs Kafka ------------------------------------------------------------------------------
 

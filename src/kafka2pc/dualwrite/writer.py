@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig, ProducerConfig
 from kafka2pc.config.keys import PRODUCER_KEYS
@@ -35,7 +36,8 @@ from kafka2pc.errors import (
 )
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.producer import DECISION_STANDS_S, Transport, TwoPhaseProducer, decision_stands
-from kafka2pc.transaction_control import ControlTransport, TransactionControl
+from kafka2pc.sink.recovery import open_since
+from kafka2pc.transaction_control import ONGOING, ControlTransport, TransactionControl
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ class DualWriter:
         self._in_block = False
         #: when the producer decided on two-phase commit (its init_transactions, in the last recovery)
         self._decided_at: float | None = None
+        #: the metrics' prefix label: a pool's (its ids are <prefix>-<n>), else this writer's id
+        self._metric_prefix = self.transactional_id.rsplit("-", 1)[0] if lease is not None else self.transactional_id
 
     def _new_producer(self) -> TwoPhaseProducer:
         if self._client is not None:
@@ -139,7 +143,8 @@ class DualWriter:
         transactional id, then own the id, fencing any other writer with it. Holds the state row while it runs: a
         live predecessor's transaction finishes first. ``transaction()`` runs it whenever it is needed (and then
         never takes the id back from a writer that took it over: ProducerFencedError)."""
-        self._recover(take_over=True)
+        with metrics.RECOVERY_RUN_SECONDS.labels(path=metrics.DUAL_WRITE).time():
+            self._recover(take_over=True)
 
     @property
     def unfinished(self) -> bool:
@@ -150,7 +155,8 @@ class DualWriter:
         """What ``transaction()`` does first when needed: settle this writer's unfinished transaction (a writer that
         never recovered: the id's); ProducerFencedError rather than take the id back from a later writer."""
         if self._needs_recovery:
-            self._recover(take_over=not self._owned)
+            with metrics.RECOVERY_RUN_SECONDS.labels(path=metrics.DUAL_WRITE).time():
+                self._recover(take_over=not self._owned)
 
     def _recover(self, *, take_over: bool) -> None:
         table, control = self._table, self._control()
@@ -167,13 +173,17 @@ class DualWriter:
                                           "after this one): this writer is fenced; its unfinished transaction is "
                                           "the new owner's to settle")
             observed = control.describe(self.transactional_id)
+            if observed is not None and observed.state == ONGOING:  # open until settled: the gauge counts it
+                metrics.OPEN_TRANSACTIONS.found(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id,
+                                                lambda: open_since(control, self.transactional_id))
             plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase,
                                  ever_owned=stored.owner is not None)
             if plan.problem is not None:
                 raise DualWriteRecoveryError(f"{self.transactional_id!r}: {plan.problem}. Nothing was changed; after "
                                              "checking the topic, DualWriter.resolve(reason) clears the row")
             if plan.abort is not None:
-                control.abort_ongoing(self.transactional_id, producer_id=plan.abort.producer_id)
+                if control.abort_ongoing(self.transactional_id, producer_id=plan.abort.producer_id) is not None:
+                    self._count_settled(metrics.ABORTED_UNDECIDED)
                 log.info("%r: aborted %s, which the database never committed", self.transactional_id, plan.abort)
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
@@ -187,11 +197,16 @@ class DualWriter:
             raise
         self._needs_recovery = False
         self._owned = True
+        metrics.OPEN_TRANSACTIONS.closed(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
+
+    def _count_settled(self, reason: str) -> None:
+        metrics.RECOVERY_SETTLED.labels(prefix=self._metric_prefix, path=metrics.DUAL_WRITE, reason=reason).inc()
 
     def _commit_stored(self, control: TransactionControl, stored: PreparedTxnState, *,
                        unknown_means_committed: bool) -> None:
         try:
-            control.commit(self.transactional_id, stored)
+            if control.commit(self.transactional_id, stored).ended_now:
+                self._count_settled(metrics.COMMITTED_DECIDED)
         except TransactionLostError as exc:
             raise DualWriteRecoveryError(f"{self.transactional_id!r}: the database committed Kafka transaction "
                                          f"{stored}, which Kafka can no longer commit: {exc}") from exc
@@ -246,10 +261,12 @@ class DualWriter:
             table.mark_block()
             savepoint_held = True
             producer.begin_transaction()
+            metrics.OPEN_TRANSACTIONS.opened(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
             yield DualWriteTransaction(self._db.cursor(), producer, self._db.given)
             self._check_block_intact()
             savepoint_held = False
-            prepared = producer.prepare_transaction()
+            with metrics.on_behalf_of(metrics.DUAL_WRITE):
+                prepared = producer.prepare_transaction()
             table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
                         token=token, completed=False, lease=self._lease)
         except Exception as exc:
@@ -265,7 +282,9 @@ class DualWriter:
         self._needs_recovery = True  # from here only the database's answer (or a recovery) decides
         self._commit_database(prepared, token)
         try:
-            producer.complete_transaction(prepared)
+            with metrics.on_behalf_of(metrics.DUAL_WRITE):
+                producer.complete_transaction(prepared)
+            metrics.OPEN_TRANSACTIONS.closed(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
         except Exception as exc:
             raise DualWriteIncompleteError(f"{self.transactional_id!r}: the database committed; completing Kafka "
                                            f"transaction {prepared} failed ({exc}); the writer's next transaction() "
@@ -331,7 +350,8 @@ class DualWriter:
     def _commit_database(self, prepared: PreparedTxnState, token: str) -> None:
         session = self._db.session()
         try:
-            self._db.commit()
+            with metrics.RECORD_DECISION_SECONDS.labels(path=metrics.DUAL_WRITE).time():
+                self._db.commit()
         except Exception as exc:
             outcome = judge_failed_commit(self._table.read_back(self.transactional_id, token, session),
                                           definite_error=self._table.is_definite_failure(exc))
@@ -353,7 +373,9 @@ class DualWriter:
         with contextlib.suppress(Exception):
             self._db.rollback()
         try:
-            self._producer.abort_transaction()
+            with metrics.on_behalf_of(metrics.DUAL_WRITE):
+                self._producer.abort_transaction()
+            metrics.OPEN_TRANSACTIONS.closed(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
         except TransactionStateError:
             return  # no transaction was begun: nothing to abort
         except Kafka2pcError as exc:
@@ -371,6 +393,8 @@ class DualWriter:
             if not self._needs_recovery and not self._db.in_transaction():
                 self._mark_completed()
         self._producer.close()
+        # a transaction left unfinished is no longer this writer's to know: whoever settles it counts it
+        metrics.OPEN_TRANSACTIONS.closed(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
         if self._client is not None:
             self._client.close()
         self._db.close()

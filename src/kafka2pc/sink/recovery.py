@@ -46,6 +46,19 @@ class RecoveryReport:
     stuck: tuple[int, ...] = ()
 
 
+def open_since(control: TransactionControl, transactional_id: str) -> float | None:
+    """When the transaction open on ``transactional_id`` began (DescribeTransactions' start time, in seconds since
+    the epoch), for :data:`~kafka2pc.metrics.OLDEST_OPEN_TRANSACTION`; None when it cannot be told now (a metric
+    never fails what it watches)."""
+    try:
+        description = control.describe_full(transactional_id)
+    except Exception:
+        return None
+    if description is None or description.start_time_ms <= 0:
+        return None
+    return description.start_time_ms / 1000
+
+
 def abort_open_transactions(control: TransactionControl, grammar: TransactionalIdGrammar,
                             keep: Collection[str] = ()) -> list[str]:
     """Abort the open transaction of every id of ``grammar`` except ``keep``; returns the ids aborted.
