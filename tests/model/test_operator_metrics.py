@@ -16,6 +16,7 @@ from kafka2pc._core import codes
 from kafka2pc._core.messages import (
     ClusterFacts,
     ConfigValue,
+    EndTxn,
     FactsAnswer,
     InitAnswer,
     InitProducerId,
@@ -23,8 +24,13 @@ from kafka2pc._core.messages import (
     ReadClusterFacts,
 )
 from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriter, DualWriterPool
+from kafka2pc.errors import StorageUnavailableError, TransactionNotSettledError
+from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, PreparedTransaction, recover
+from kafka2pc.transaction_control import TransactionControl
 
-from .coordinator import CoordinatorModel, Faults, ModelTransport
+from .coordinator import NOT_ENOUGH_REPLICAS, CoordinatorModel, Faults, ModelTransport
+from .scripted import Scripted
+from .scripted import prepare as scripted_prepare
 
 logging.getLogger("kafka2pc").setLevel(logging.ERROR)
 CONFIG = {"bootstrap.servers": "model:9092", "linger.ms": 0}
@@ -249,3 +255,89 @@ def test_a_pools_keeper_writes_the_ages_as_they_grow(tmp_path, clock):
         pool.close()
         connection.close()
         metrics.OPEN_TRANSACTIONS.closed("pool-ages", "dual_write", "pool-ages-0")
+
+
+# -- the sink: committer, recovery ------------------------------------------------------------------------------------
+
+class StartedScripted(Scripted):
+    """:class:`Scripted`, whose DescribeTransactions gives each open transaction a start time (``started_ms``)."""
+
+    started_ms = 0
+
+    def _description(self, transactional_id):
+        found = super()._description(transactional_id)
+        return None if found is None else attrs.evolve(found, start_time_ms=self.started_ms)
+
+
+class StoreDown(FileDecisionLog):
+    """A decision log whose store cannot be written now."""
+
+    def record(self, decision: Decision) -> None:
+        raise StorageUnavailableError("the decision log's store is down (test)")
+
+
+def sink_prepared(transport: ModelTransport, txn_id: str, checkpoint: int = 1) -> PreparedTransaction:
+    state = scripted_prepare(transport, txn_id, f"{txn_id}@{checkpoint}".encode())
+    return PreparedTransaction(txn_id, state, int(txn_id.split("-")[-2]), checkpoint)
+
+
+def test_a_committers_record_and_completion_are_timed_and_its_transactions_counted_until_completed(tmp_path, clock):
+    transport = Scripted(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    committer = Committer(TransactionControl(transport), FileDecisionLog(tmp_path, "phased"))
+    before = {phase: value(f"kafka2pc_{phase}_seconds_count", path="sink") for phase in ("record_decision", "complete")}
+    seen: list[float] = []
+    transport.after[("phased-0-0", EndTxn, 1)] = lambda: seen.append(oldest("phased"))  # while it completes
+
+    def recorded_late(decision, record=committer.decision_log.record):
+        clock.now += 3  # the record takes 3 s: the offered transactions wait, prepared
+        record(decision)
+    committer.decision_log.record = recorded_late
+    committer.settle(1, [sink_prepared(transport, "phased-0-0"), sink_prepared(transport, "phased-1-0")])
+    assert seen == [3]  # counted from the hand-over, while it was recorded and completed
+    assert oldest("phased") == 0
+    assert {phase: value(f"kafka2pc_{phase}_seconds_count", path="sink") - before[phase]
+            for phase in before} == {"record_decision": 1, "complete": 1}
+    assert transport.model.open_transactions() == []
+
+
+def test_transactions_a_committer_could_not_decide_are_counted_until_recovery_aborts_them(tmp_path, clock):
+    """The writer that prepared them is gone; the committer cannot record its decision (the store is down): the
+    prepared transactions hold read_committed consumers back, and the gauge says so until a recovery settles them."""
+    transport = Scripted(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    control = TransactionControl(transport)
+    offered = [sink_prepared(transport, "undecided-0-0"), sink_prepared(transport, "undecided-1-0")]
+    with pytest.raises(StorageUnavailableError):
+        Committer(control, StoreDown(tmp_path, "undecided")).settle(1, offered)
+    clock.now += 45
+    assert oldest("undecided") == 45
+    aborted = value("kafka2pc_recovery_settled_transactions_total", prefix="undecided", path="sink",
+                    reason="aborted_undecided")
+    runs = value("kafka2pc_recovery_seconds_count", path="sink")
+    recover(control, "undecided", FileDecisionLog(tmp_path, "undecided"))
+    assert oldest("undecided") == 0
+    assert transport.model.open_transactions() == []
+    assert value("kafka2pc_recovery_settled_transactions_total", prefix="undecided", path="sink",
+                 reason="aborted_undecided") == aborted + 2
+    assert value("kafka2pc_recovery_seconds_count", path="sink") == runs + 1
+
+
+def test_a_decision_recovery_cannot_complete_yet_is_counted_from_its_start_until_a_later_recovery_does(tmp_path,
+                                                                                                        clock):
+    """A crashed committer's decision whose EndTxn cannot be settled now: recovery leaves it open (kept from LISTING),
+    and this process counts it from DescribeTransactions' start time until a recovery commits it."""
+    transport = StartedScripted(CoordinatorModel(transaction_version=2, two_phase_enabled=True))
+    control, log = TransactionControl(transport), FileDecisionLog(tmp_path, "stuck")
+    decided = sink_prepared(transport, "stuck-0-0")
+    log.record(Decision(1, [decided]))  # and the committer died
+    transport.started_ms = int((clock.now - 120) * 1000)
+    transport.end_codes["stuck-0-0"] = [NOT_ENOUGH_REPLICAS] * 3
+    committed = value("kafka2pc_recovery_settled_transactions_total", prefix="stuck", path="sink",
+                      reason="committed_decided")
+    with pytest.raises(TransactionNotSettledError):
+        recover(control, "stuck", log)
+    assert oldest("stuck") == 120
+    recover(control, "stuck", log)
+    assert oldest("stuck") == 0
+    assert transport.model.committed_records() == [b"stuck-0-0@1"]
+    assert value("kafka2pc_recovery_settled_transactions_total", prefix="stuck", path="sink",
+                 reason="committed_decided") == committed + 1

@@ -55,9 +55,13 @@ class Committer:
         ids are free again). The same decision again is a no-op once done (its ids may be reused since), and rolls
         it forward while not done; another decision for a recorded checkpoint raises
         :class:`~kafka2pc.sink.DecisionConflictError`."""
-        self.decision_log.record(decision)
+        _hold(decision.transactions)
+        self._record(decision)
         if not self.decision_log.is_done(decision.checkpoint):
             self.roll_forward(decision)
+        else:
+            for txn in decision.transactions:  # completed long ago
+                _release(txn)
         return list(decision.transactions)
 
     def settle(self, checkpoint: int, offered: Sequence[PreparedTransaction],
@@ -82,17 +86,23 @@ class Committer:
                 self.roll_forward(existing)
             return Settlement(checkpoint, False, existing.transactions, aborted)
         started = time.monotonic()
+        _hold(offered)  # prepared, and this committer's until completed: the oldest-open gauge counts them
         self._check_pending(checkpoint, offered)
         decision = Decision(checkpoint, offered, metadata or {})
         checked = time.monotonic()
         try:
-            self.decision_log.record(decision)
+            self._record(decision)
         except DecisionConflictError as exc:
             return self._lost_race(checkpoint, offered, exc)
         recorded = time.monotonic()
         self.roll_forward(decision)
         return Settlement(checkpoint, True, decision.transactions, (), checked - started, recorded - checked,
                           time.monotonic() - recorded)
+
+    def _record(self, decision: Decision) -> None:
+        """Record ``decision`` in the log: the commit point, timed."""
+        with metrics.RECORD_DECISION_SECONDS.labels(path=metrics.SINK).time():
+            self.decision_log.record(decision)
 
     def _lost_race(self, checkpoint: int, offered: Sequence[PreparedTransaction],
                    conflict: DecisionConflictError) -> Settlement:
@@ -128,7 +138,9 @@ class Committer:
             if isinstance(result, Exception):
                 log.warning("could not abort %s of %r (a replayed attempt's): %s; recovery's LISTING will",
                             txn.state, txn.transactional_id, result)
-            elif isinstance(result, Settled) and result.outcome is not None:
+                continue
+            _release(txn)
+            if isinstance(result, Settled) and result.outcome is not None:
                 aborted.append(txn.transactional_id)
         return tuple(aborted)
 
@@ -138,10 +150,15 @@ class Committer:
         A transaction that can never commit raises :class:`~kafka2pc.errors.TransactionLostError`, one whose fate
         cannot be known :class:`~kafka2pc.errors.TransactionOutcomeUnknownError`, after every other one was
         committed; the decision then stays undone."""
+        with metrics.COMPLETE_SECONDS.labels(path=metrics.SINK).time():
+            self._roll_forward(decision)
+
+    def _roll_forward(self, decision: Decision) -> None:
         results = self.control.commit_all([(t.transactional_id, t.state) for t in decision.transactions])
         failure: Exception | None = None
         for txn, result in zip(decision.transactions, results, strict=True):
             if isinstance(result, Settled):
+                _release(txn)
                 if result.ended_now:
                     metrics.TRANSACTIONS_ENDED.labels(outcome="committed").inc()
                 continue
@@ -160,3 +177,18 @@ class Committer:
             raise failure
         self.decision_log.mark_done(decision.checkpoint)
         log.debug("checkpoint %d: %d transaction(s) committed", decision.checkpoint, len(decision.transactions))
+
+
+def _hold(transactions: Sequence[PreparedTransaction]) -> None:
+    """Count ``transactions`` as open in this process (from now, unless it knew them already) until released."""
+    for txn in transactions:
+        prefix = metrics.sink_prefix(txn.transactional_id)
+        if prefix is not None:
+            metrics.OPEN_TRANSACTIONS.found(prefix, metrics.SINK, txn.transactional_id, lambda: None)
+
+
+def _release(txn: PreparedTransaction) -> None:
+    """``txn`` is no longer open (committed, or aborted)."""
+    prefix = metrics.sink_prefix(txn.transactional_id)
+    if prefix is not None:
+        metrics.OPEN_TRANSACTIONS.closed(prefix, metrics.SINK, txn.transactional_id)

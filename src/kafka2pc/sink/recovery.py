@@ -65,18 +65,32 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
 
     The listing is complete or raises (:class:`~kafka2pc.errors.IncompleteListingError`) before anything is
     aborted. Each abort is conditional on the producer id listed and the producer id and epoch described: a
-    transaction that started on the id since is left alone."""
+    transaction that started on the id since is left alone.
+
+    What the listing found open and is left open (kept, or not aborted) is what this process counts under the prefix
+    in :data:`~kafka2pc.metrics.OLDEST_OPEN_TRANSACTION` from then on, from DescribeTransactions' start time; each
+    abort counts in :data:`~kafka2pc.metrics.RECOVERY_SETTLED`."""
     kept = set(keep)
-    listed = [listing for listing in control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
-              if grammar.owns(listing.transactional_id) and listing.transactional_id not in kept]
+    found = [listing for listing in control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
+             if grammar.owns(listing.transactional_id)]
+    listed = [listing for listing in found if listing.transactional_id not in kept]
     results = control.abort_all_ongoing([(listing.transactional_id, listing.producer_id) for listing in listed])
-    aborted = []
+    aborted: list[str] = []
+    failures: list[Exception] = []
+    left_open = [listing.transactional_id for listing in found if listing.transactional_id in kept]
     for listing, result in zip(listed, results, strict=True):
         if isinstance(result, Exception):
-            raise result
-        if result is not None:
+            failures.append(result)
+            left_open.append(listing.transactional_id)
+        elif result is not None:
             log.info("aborted lingering transaction of %r", listing.transactional_id)
             aborted.append(listing.transactional_id)
+    metrics.RECOVERY_SETTLED.labels(prefix=grammar.prefix, path=metrics.SINK,
+                                    reason=metrics.ABORTED_UNDECIDED).inc(len(aborted))
+    metrics.OPEN_TRANSACTIONS.retain(grammar.prefix, metrics.SINK, left_open,
+                                     lambda txn_id: open_since(control, txn_id))
+    if failures:
+        raise failures[0]
     return aborted
 
 
@@ -94,6 +108,12 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
     that error is raised at the end (retriable: the next recovery completes it).
     ``report_known=False`` skips listing the prefix's ids (for engines that do not pool them across restarts).
     """
+    with metrics.RECOVERY_RUN_SECONDS.labels(path=metrics.SINK).time():
+        return _recover(control, prefix, decision_log, report_known=report_known)
+
+
+def _recover(control: TransactionControl, prefix: str, decision_log: DecisionLog, *,
+             report_known: bool) -> RecoveryReport:
     started = time.monotonic()
     grammar = TransactionalIdGrammar(prefix)
     undone = decision_log.undone()
@@ -126,6 +146,8 @@ def recover(control: TransactionControl, prefix: str, decision_log: DecisionLog,
                             time.monotonic() - started, tuple(sorted(stuck)))
     metrics.RECOVERY_ROLLED_FORWARD.labels(prefix=prefix).inc(len(report.rolled_forward))
     metrics.RECOVERY_ABORTED.labels(prefix=prefix).inc(len(report.aborted))
+    metrics.RECOVERY_SETTLED.labels(prefix=prefix, path=metrics.SINK,
+                                    reason=metrics.COMMITTED_DECIDED).inc(len(report.rolled_forward))
     metrics.RECOVERY_SECONDS.labels(prefix=prefix).set(report.seconds)
     if stuck:
         raise RecoveryIncompleteError(report, stuck)
