@@ -157,7 +157,7 @@ class SinkDriver:
         where = f"checkpoint {checkpoint} of {self.options.checkpoint_location}"
         self._check_origin(messages)  # Spark's abort() then aborts what this write prepared
         try:
-            settlement, _ = self.commit(messages, checkpoint)
+            settlement, timings = self.commit(messages, checkpoint)
         except Exception as exc:
             try:
                 decided = self.decision_log.decision(checkpoint)
@@ -186,6 +186,9 @@ class SinkDriver:
                 "written twice.") from exc
         if not settlement.decided_now:
             raise self._conflict(checkpoint)
+        log.info("write of %s: committed %d transaction(s); check %.1f ms, record %.1f ms, complete %.1f ms, "
+                 "cleanup %.1f ms", where, len(settlement.committed), 1000 * timings.check, 1000 * timings.record,
+                 1000 * timings.complete, 1000 * timings.cleanup)
         return settlement
 
     def confirm_replay(self, messages: Sequence[TaskMessage | None]) -> None:
