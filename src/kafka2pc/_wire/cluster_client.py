@@ -131,6 +131,12 @@ class ClusterClient:
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """Partition -> leader node id for ``topic``, from a fresh Metadata request (raises if the topic is unknown)."""
+        return {partition: leader for partition, (leader, _) in self.partition_leadership(topic).items()}
+
+    def partition_leadership(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Partition -> (leader node id, leader epoch) for ``topic``, from a fresh Metadata request (raises if the
+        topic is unknown). The epoch grows with every election, so a leadership that moved away and back is told
+        from one that stayed (-1 where a broker does not say)."""
         response = self._with_retries(lambda: self.send(MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)), "Metadata")
         self._manager.cluster.update_metadata(response)  # so the connection manager knows every node id
@@ -139,7 +145,7 @@ class ClusterClient:
                 continue
             if codes.kind(entry.error_code) is not codes.Kind.DONE:
                 raise KafkaProtocolError("Metadata", error_name(entry.error_code), entry.error_code, f"topic {topic!r}")
-            return {p.partition_index: p.leader_id for p in entry.partitions}
+            return {p.partition_index: (p.leader_id, getattr(p, "leader_epoch", -1)) for p in entry.partitions}
         missing = codes.UNKNOWN_TOPIC_OR_PARTITION
         raise KafkaProtocolError("Metadata", error_name(missing), missing, f"topic {topic!r}")
 

@@ -32,7 +32,7 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     A broker still loading a coordinator partition answers COORDINATOR_LOAD_IN_PROGRESS: it is asked again until
     ``timeout_s``. A ``__transaction_state`` partition without an available leader, or leaders that cannot be read,
     make the listing incomplete too; and since a broker answers only for the coordinators it leads when it is asked,
-    the leaders are read again after the fan-out and the listing repeated (under
+    the leaders (and their epochs) are read again after the fan-out and the listing repeated (under
     :data:`~kafka2pc._core.retry.LISTING_ROUNDS`) if any moved.
     ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions v2;
     callers must still filter client-side, as older brokers ignore it.
@@ -53,9 +53,9 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     make_request = functools.partial(ListTransactionsRequest, min_version=version, **kwargs)
     rounds: Retry | None = LISTING_ROUNDS.started()
     while rounds is not None:  # bounded: coordinators rarely move twice during one listing
-        leaders = _transaction_state_leaders(client)  # also refreshes the broker list
+        leadership = _transaction_state_leadership(client)  # also refreshes the broker list
         brokers = client.broker_ids()
-        orphans = sorted(p for p, leader in leaders.items() if leader not in brokers)
+        orphans = sorted(p for p, (leader, _) in leadership.items() if leader not in brokers)
         if orphans:
             raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
                                          "leader: their transactions cannot be listed")
@@ -64,7 +64,9 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
             for entry in _list_on(client, broker, make_request, timeout_s):
                 found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
                                                                    entry.transaction_state)
-        if _transaction_state_leaders(client) == leaders:
+        # leader epochs, not only leaders: a partition that moved to a broker already asked and back to one not
+        # asked yet (a broker restarted, then a preferred-leader election) has the same leader and a later epoch
+        if _transaction_state_leadership(client) == leadership:
             return sorted(found.values(), key=lambda listing: listing.transactional_id)
         rounds = rounds.next()
         if rounds is not None:
@@ -89,11 +91,11 @@ def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any]
                           f"ListTransactions: broker {broker} {problem} for {timeout_s:g} s"))
 
 
-def _transaction_state_leaders(client: ClusterClient) -> dict[int, int]:
-    """Partition -> leader of the transaction coordinators' topic ({} when it does not exist yet: no transaction
-    ever ran on the cluster)."""
+def _transaction_state_leadership(client: ClusterClient) -> dict[int, tuple[int, int]]:
+    """Partition -> (leader, leader epoch) of the transaction coordinators' topic ({} when it does not exist yet: no
+    transaction ever ran on the cluster)."""
     try:
-        return client.partition_leaders(_TRANSACTION_STATE_TOPIC)
+        return client.partition_leadership(_TRANSACTION_STATE_TOPIC)
     except KafkaProtocolError as exc:
         if codes.kind(exc.error_code) is codes.Kind.UNKNOWN_TOPIC:
             return {}

@@ -20,8 +20,8 @@ def test_a_listing_is_complete_or_fails_loudly():
         def broker_max_version(self, request):
             return 2
 
-        def partition_leaders(self, topic):
-            return {0: 1, 1: 2}
+        def partition_leadership(self, topic):
+            return {0: (1, 0), 1: (2, 0)}
 
         def broker_ids(self):
             return [1, 2]
@@ -40,13 +40,14 @@ def test_a_listing_is_complete_or_fails_loudly():
     with pytest.raises(IncompleteListingError, match="broker 1 kept answering COORDINATOR_LOAD_IN_PROGRESS"):
         transport.list_transactions(states=["Ongoing"])
     answers[1], answers[2] = [ok, ok], [ok, ok]
-    moves = iter([{0: 1, 1: 2}, {0: 2, 1: 2}, {0: 2, 1: 2}, {0: 2, 1: 2}])  # partition 0 moves mid-listing
-    Client.partition_leaders = lambda self, topic: next(moves)  # type: ignore[method-assign]
+    moves = iter([{0: (1, 0), 1: (2, 0)}, {0: (2, 1), 1: (2, 0)}, {0: (2, 1), 1: (2, 0)},
+                  {0: (2, 1), 1: (2, 0)}])  # partition 0 moves mid-listing
+    Client.partition_leadership = lambda self, topic: next(moves)  # type: ignore[method-assign]
     assert len(transport.list_transactions()) == 2  # listed again once the leaders held still
     with pytest.raises(StopIteration):
         next(moves)
-    leaders = {0: 1, 1: 3}  # a coordinator partition led by a broker not in the cluster
-    Client.partition_leaders = lambda self, topic: leaders  # type: ignore[method-assign]
+    leaders = {0: (1, 0), 1: (3, 0)}  # a coordinator partition led by a broker not in the cluster
+    Client.partition_leadership = lambda self, topic: leaders  # type: ignore[method-assign]
     with pytest.raises(IncompleteListingError, match=r"partitions \[1\] have no available leader"):
         transport.list_transactions()
 
@@ -62,7 +63,7 @@ class Listing:
     def broker_max_version(self, request):
         return 2
 
-    def partition_leaders(self, topic):
+    def partition_leadership(self, topic):
         return self.leaders()
 
     def broker_ids(self):
@@ -76,10 +77,22 @@ class Listing:
 
 def test_coordinators_that_keep_moving_are_listed_again_under_the_listing_policy_then_fail():
     moving = iter(range(100))
-    client = Listing(lambda: {0: 1 + next(moving) % 2})
+    client = Listing(lambda: {0: (1 + next(moving) % 2, 0)})
     with pytest.raises(IncompleteListingError, match="kept moving"):
         KafkaTransport(client, timeout_s=1.0).list_transactions()
     assert client.listings == 2 * (LISTING_ROUNDS.total + 1)  # two brokers, each listing
+
+
+def test_a_coordinator_that_moved_away_and_back_during_the_fan_out_is_listed_again():
+    """Seen on a 3-node cluster (a broker killed, back, then a preferred-leader election): the partition of an open
+    transaction moved from broker 1 to broker 2 after broker 2 was asked, then back to broker 1 before the listing
+    compared the leaders. The same leader, a later leader epoch: the first round may have missed it."""
+    reads = iter([{0: (1, 5)}, {0: (1, 7)}, {0: (1, 7)}, {0: (1, 7)}])
+    client = Listing(lambda: next(reads))
+    assert [t.transactional_id for t in KafkaTransport(client, timeout_s=1.0).list_transactions()] == ["x"]
+    assert client.listings == 4  # two rounds over the two brokers
+    with pytest.raises(StopIteration):
+        next(reads)
 
 
 def test_a_cluster_that_never_ran_a_transaction_lists_none():
