@@ -45,7 +45,7 @@ docs: setup
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers,
 # each with its own brokers and Spark cluster, handed the tests longest first (tests/conftest.py).
 test: jars s3a-jars postgres lint docs
-	$(PY) -m pytest -m "not slow" -n 2 --dist load --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n 2 --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 demo: jars
 	$(PY) examples/demo.py

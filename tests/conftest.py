@@ -2,20 +2,60 @@ import pytest
 
 pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc_harness.pytest_plugin", "pytester"]
 
-#: The default suite's longest files (Spark drivers and executors killed and restarted: 30 s to 3 min a test). They
-#: go first: ``make test``'s two workers (``-n 2 --dist load``) are handed the first tests alternately, so the long
-#: ones are shared out at the start and the short ones fill the gaps, instead of one long test running alone at the
-#: end (longest first; measured in the CI log's "slowest durations").
-LONGEST_FIRST = ("test_storage_outages.py", "test_spark_foreach_batch.py", "test_spark_cluster_sink.py",
-                 "test_spark_kills.py", "test_spark_batch_kills.py", "test_remote_checkpoints.py",
-                 "test_spark_harness.py", "test_spark_connect.py", "test_dual_write_fleet.py", "test_secrets.py",
-                 "test_model_based.py")
+#: Seconds each of the default suite's longest files takes (the files over ~8 s; from a ``--durations=0`` run). They
+#: are dealt out so that every xdist worker starts with its share of them.
+LONG_FILES = {
+    "test_spark_foreach_batch.py": 208, "test_dual_write.py": 133, "test_storage_outages.py": 121,
+    "test_spark_harness.py": 110, "test_faults.py": 96, "test_spark_cluster_sink.py": 88,
+    "test_spark_batch_kills.py": 79, "test_spark_sink.py": 77, "test_spark_kills.py": 74,
+    "test_cluster_failover.py": 73, "test_dual_write_fleet.py": 69, "test_secrets.py": 53,
+    "test_producer_timeouts.py": 51, "test_sink_recovery.py": 45, "test_spark_connect.py": 44,
+    "test_model_based.py": 43, "test_remote_checkpoints.py": 40, "test_broker_gains_2pc.py": 33,
+    "test_producer.py": 31, "test_secured_kafka.py": 29, "test_dual_write_keeper.py": 28,
+    "test_cluster_node_return.py": 25, "test_doctor.py": 21, "test_harness_nodes.py": 21, "test_fault_proxy.py": 20,
+    "test_dual_write_zombies.py": 17, "test_harness_failure_logs.py": 14, "test_dual_write_leases.py": 11,
+    "test_wheel.py": 11, "test_s3_conditional_answers.py": 11, "test_sink_reproduced.py": 10, "test_cli_audit.py": 10,
+    "test_cli_txns.py": 10, "test_dual_write_connections.py": 9, "test_fleet_frameworks.py": 9, "test_cli_fleet.py": 9,
+}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest files first (a stable sort: every file's tests keep their order, so module fixtures are set up once)."""
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+def _workers(config: pytest.Config) -> int:
+    worker_input = getattr(config, "workerinput", None)  # set in an xdist worker
+    if worker_input is not None:
+        return int(worker_input["workercount"])
+    return 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the tests for ``make test``'s ``-n 2 --dist worksteal``.
+
+    Work stealing hands worker *i* the *i*-th contiguous block of the collection (blocks of equal count), and a worker
+    that runs dry later takes the second half of another's queue. So each block starts with a share of the long files
+    (dealt longest first to the block with the least long work so far: every worker has long tests to run from the
+    start, and none is left running one alone at the end) and is filled up with the short tests. Every worker collects
+    the same order (xdist checks), and a file's tests stay together and in order, so its module fixtures start once.
+    """
+    workers = _workers(config)
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path.name, []).append(item)
+    long_names = sorted((name for name in files if name in LONG_FILES), key=lambda name: -LONG_FILES[name])
+    short = [item for name, group in files.items() if name not in LONG_FILES for item in group]
+    sizes, remaining = [], len(items)
+    for block in range(workers):  # the block sizes xdist's worksteal scheduler gives out
+        sizes.append(remaining // (workers - block))
+        remaining -= sizes[-1]
+    blocks: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    seconds = [0] * workers
+    for name in long_names:
+        roomy = [b for b in range(workers) if len(blocks[b]) + len(files[name]) <= sizes[b]] or list(range(workers))
+        chosen = min(roomy, key=lambda b: seconds[b])
+        blocks[chosen].extend(files[name])
+        seconds[chosen] += LONG_FILES[name]
+    for block in range(workers):
+        while len(blocks[block]) < sizes[block] and short:
+            blocks[block].append(short.pop(0))
+    items[:] = [item for block in blocks for item in block] + short
 
 
 #: ``(test, text)`` a test recorded with ``record_property("ci_summary", text)``: figures the CI log must show (the
