@@ -7,6 +7,11 @@ retries exactly-once. Rounds that must be sent again wait under the one retry po
 (:func:`~kafka2pc._core.retry.produce_retry`: ``retry.backoff.ms`` doubling, with jitter, within
 ``delivery.timeout.ms``); a round that needs no retry ends the series. A batch the broker refuses as too large is
 split in two and its sequence numbers assigned anew (nothing later of its partition has been framed yet).
+
+A topic's partitions are read once and kept for ``metadata.max.age.ms`` (Kafka's 5 minutes by default): the first
+transaction begun after that reads them again, so partitions added to a topic get records from then on (keyed records
+go to ``murmur2(key) % count`` of the new count, as with Java's default partitioner). A send that needs a retry reads
+them again at once.
 """
 
 from __future__ import annotations
@@ -70,6 +75,14 @@ class RecordSender:
         self._sequences: dict[TopicPartition, int] = {}
         self._leaders: dict[str, dict[int, int]] = {}
         self._counts: dict[str, int] = {}
+        #: when each topic's partitions were read (time.monotonic()); older than metadata.max.age.ms, the next
+        #: transaction reads them again
+        self._read_at: dict[str, float] = {}
+        #: the partition count last read of every topic this producer has used (kept when the above expire)
+        self._seen: dict[str, int] = {}
+        #: why each partition's last send must be retried (an error name, or the failed request), until it is written
+        self._failing: dict[TopicPartition, str] = {}
+        self._metadata_max_age_s = int(config.client.options.get("metadata_max_age_ms", 300_000)) / 1000
         self._limits: dict[str, int] = {}
         self._sticky: dict[str, tuple[int, int]] = {}
         self._round: _Round | None = None
@@ -89,7 +102,14 @@ class RecordSender:
         self._v2 = transaction_version >= 2
         self._before_send = before_send
         self._sticky.clear()
+        self._failing.clear()
         self._retries, self._retry_after = None, 0.0
+        now = time.monotonic()
+        for topic in [t for t, at in self._read_at.items() if now - at >= self._metadata_max_age_s]:
+            # read again when next used: partitions may have been added (or the topic deleted) since
+            self._leaders.pop(topic, None)
+            self._counts.pop(topic, None)
+            del self._read_at[topic]
 
     # -- adding records ----------------------------------------------------------------------------------------------
 
@@ -99,14 +119,31 @@ class RecordSender:
         leaders = self._leaders.get(topic)
         if leaders is None:
             try:
-                leaders = self._leaders[topic] = self._transport.partition_leaders(topic)
+                leaders = self._transport.partition_leaders(topic)
             except KafkaProtocolError as exc:
-                hint = (" (it does not exist, or this principal may not describe it: create it first; kafka2pc never "
-                        "asks the broker to create topics)"
-                        if codes.kind(exc.error_code) is codes.Kind.UNKNOWN_TOPIC else "")
-                raise TransactionAbortableError(f"the partitions of topic {topic!r} cannot be read{hint}: "
-                                                f"{exc}") from exc
+                raise self._unreadable(topic, exc) from exc
+            before = self._seen.get(topic)
+            if before is not None and before != len(leaders):
+                log.info("topic %r has %d partitions now (%d before): keyed records go to their key's partition "
+                         "among %d from here on", topic, len(leaders), before, len(leaders))
+            self._leaders[topic] = leaders
+            self._counts[topic] = self._seen[topic] = len(leaders)
+            self._read_at[topic] = time.monotonic()
         return leaders
+
+    def _unreadable(self, topic: str, exc: KafkaProtocolError) -> TransactionAbortableError:
+        """The error for a topic whose partitions cannot be read; for one this producer used before, that it was
+        deleted."""
+        if codes.kind(exc.error_code) is not codes.Kind.UNKNOWN_TOPIC:
+            return TransactionAbortableError(f"the partitions of topic {topic!r} cannot be read: {exc}")
+        if topic in self._seen:
+            return TransactionAbortableError(
+                f"topic {topic!r} no longer exists: it was deleted after this producer began writing to it. This "
+                "transaction cannot commit: abort it (the abort releases its other partitions); writes to the "
+                f"topic fail until an operator creates it again, or the job writes elsewhere: {exc}")
+        return TransactionAbortableError(
+            f"the partitions of topic {topic!r} cannot be read (it does not exist, or this principal may not "
+            f"describe it: create it first; kafka2pc never asks the broker to create topics): {exc}")
 
     def _count(self, topic: str) -> int:
         count = self._counts[topic] = len(self._partitions(topic))
@@ -215,7 +252,7 @@ class RecordSender:
             return future.result(timeout=max(0.001, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
             raise TransactionAbortableError(f"records not acknowledged within delivery.timeout.ms="
-                                            f"{self._config.delivery_timeout_ms}") from None
+                                            f"{self._config.delivery_timeout_ms}{self._unwritten()}") from None
 
     def _start_round(self, *, include_open: bool) -> None:
         batches = self._accumulator.drain(include_open=include_open)
@@ -270,6 +307,8 @@ class RecordSender:
         for (node, batches), answer in zip(groups, answers, strict=True):
             if isinstance(answer, Exception):
                 log.debug("produce to node %s failed: %r; retrying", node, answer)
+                self._failing.update(((b.topic, b.partition), f"no answer from node {node}: {answer!r}")
+                                     for b in batches)
                 self._retry(batches)
                 retried = True
                 continue
@@ -277,11 +316,13 @@ class RecordSender:
                 code, message = answer.get((batch.topic, batch.partition), (codes.UNKNOWN_TOPIC_OR_PARTITION, ""))
                 kind = codes.kind(code)
                 if kind in (codes.Kind.DONE, codes.Kind.DUPLICATE):
+                    self._failing.pop((batch.topic, batch.partition), None)
                     continue
                 if kind is codes.Kind.TOO_LARGE and batch.count > 1:
                     self._split(batch)
                 elif kind in (codes.Kind.PARTITION_BUSY, codes.Kind.TIMED_OUT, codes.Kind.UNKNOWN_TOPIC,
                               codes.Kind.COORDINATOR_BUSY):
+                    self._failing[(batch.topic, batch.partition)] = codes.error_name(code)
                     self._retry([batch])
                     retried = True
                 elif kind is codes.Kind.FENCED:
@@ -310,9 +351,19 @@ class RecordSender:
         following = series.next(now)
         if following is None:
             raise TransactionAbortableError(f"records not acknowledged within delivery.timeout.ms="
-                                            f"{self._config.delivery_timeout_ms} ({series.tries} retried rounds)")
+                                            f"{self._config.delivery_timeout_ms} ({series.tries} retried rounds)"
+                                            f"{self._unwritten()}")
         self._retries = following
         self._retry_after = now + following.delay_s
+
+    def _unwritten(self) -> str:
+        """The partitions whose records were sent and must be sent again, with the last reason (for a timeout's
+        message: a topic deleted meanwhile shows as its partitions and UNKNOWN_TOPIC_OR_PARTITION)."""
+        if not self._failing:
+            return ""
+        shown = [f"{topic}-{partition}: {why}" for (topic, partition), why in sorted(self._failing.items())[:5]]
+        more = len(self._failing) - len(shown)
+        return "; not written: " + ", ".join(shown) + (f" and {more} more partitions" if more > 0 else "")
 
     def _retry(self, batches: list[Batch]) -> None:
         for batch in reversed(batches):
@@ -336,8 +387,8 @@ class RecordSender:
         deadline = time.monotonic() + self._config.delivery_timeout_ms / 1000
         while self._round is not None or not self._accumulator.is_empty():
             if time.monotonic() > deadline:
-                raise TransactionAbortableError(
-                    f"records not acknowledged within delivery.timeout.ms={self._config.delivery_timeout_ms}")
+                raise TransactionAbortableError(f"records not acknowledged within delivery.timeout.ms="
+                                                f"{self._config.delivery_timeout_ms}{self._unwritten()}")
             if self._round is not None:
                 self._collect(self._wait(self._round[0], deadline))
             pause = self._retry_after - time.monotonic()
@@ -350,6 +401,7 @@ class RecordSender:
         """Drop everything unsent, and wait (bounded) for the round in flight: the transaction is being aborted."""
         self._accumulator.clear()
         self._unsent_since = None
+        self._failing.clear()
         self._retries, self._retry_after = None, 0.0
         if self._round is not None:
             future, self._round = self._round[0], None
