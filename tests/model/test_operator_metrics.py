@@ -341,3 +341,14 @@ def test_a_decision_recovery_cannot_complete_yet_is_counted_from_its_start_until
     assert transport.model.committed_records() == [b"stuck-0-0@1"]
     assert value("kafka2pc_recovery_settled_transactions_total", prefix="stuck", path="sink",
                  reason="committed_decided") == committed + 1
+
+
+def test_a_sink_subtasks_prepare_is_timed_under_the_sink_path():
+    from kafka2pc.sink.writer import SubtaskWriter  # noqa: PLC0415 - the engine-facing writer, not public API
+
+    writer = SubtaskWriter(CONFIG, "sinkprep", 0, cluster=cluster())
+    before = {path: value("kafka2pc_prepare_seconds_count", path=path) for path in ("sink", "producer")}
+    writer.produce("t", b"v", partition=0)
+    assert writer.prepare(0) is not None
+    assert {path: value("kafka2pc_prepare_seconds_count", path=path) - before[path] for path in before} == {
+        "sink": 1, "producer": 0}

@@ -90,7 +90,8 @@ class SubtaskWriter:
         if self._producer is None or self._transactional_id is None:
             return None
         producer, txn_id = self._producer, self._transactional_id
-        state = producer.prepare_transaction()
+        with metrics.on_behalf_of(metrics.SINK):
+            state = producer.prepare_transaction()
         if state.is_empty:  # nothing reached the broker: there is no transaction to hand over
             self.abort()
             return None

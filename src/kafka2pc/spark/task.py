@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from kafka2pc import metrics
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config.keys import redacted_repr
 from kafka2pc.errors import IdInUseError
@@ -141,7 +142,8 @@ def write_attempt(plan: TaskPlan, batches: Iterator[pa.RecordBatch], task: TaskA
                 producer.flush()
                 _check_window(plan, who)
                 checked = True
-        state = producer.prepare_transaction()
+        with metrics.on_behalf_of(metrics.SINK):
+            state = producer.prepare_transaction()
         _check_window(plan, who)
     except BaseException:
         _abort_quietly(producer)
