@@ -45,7 +45,8 @@ class _Module:
         self.classes: dict[str, tuple[set[str], list[str]]] = {}
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
-                own = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+                own = {n.name for n in node.body
+                       if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
                 for n in ast.walk(node):
                     own |= _bound(n)
                     if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):

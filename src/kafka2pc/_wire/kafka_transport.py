@@ -312,7 +312,8 @@ def _described(transactional_id: str, response: Any) -> Described:
         return Described(None, error=code)
     if kind is codes.Kind.UNAUTHORIZED:
         raise AuthorizationError(f"the principal may not describe transactional id {transactional_id!r}: "
-                                 "grant DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+                                 "grant DESCRIBE on it, or WRITE, which implies it "
+                                 "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
     if kind is not codes.Kind.DONE:
         raise KafkaProtocolError("DescribeTransactions", codes.error_name(code), code)
     partitions = tuple(sorted((t.topic, p) for t in entry.topics for p in t.partitions))
