@@ -3,7 +3,8 @@
 While a node is down and fenced, a metadata answer lists only the others, and kafka-python's cluster metadata drops it
 (its broker map is replaced by each answer). Before the fix nothing refreshed it when it came back: a listing that was
 waiting on it kept failing with UnknownBrokerIdError for its whole timeout (60 s, then IncompleteListingError), and a
-coordinator request to it failed the same way, though the cluster had the node back within a second.
+coordinator request to it failed the same way, though the cluster had the node back within a second. Now a listing
+waiting on a node that left the metadata lists again from the coordinators' new leaders.
 """
 
 import contextlib
@@ -110,7 +111,8 @@ def test_listing_and_coordinator_requests_follow_a_node_that_comes_back(kafka_3n
             listing.start()  # before the node is fenced: it still leads coordinator partitions, the listing waits on it
             # the client sees the node go: a metadata answer without it (fenced after broker.session.timeout.ms)
             _until(lambda: bool(client.partition_leaders(topic)) and victim not in client.broker_ids(), 30)
-            assert listing.is_alive(), (listing.ids, listing.error)  # still waiting on the node
+            # the listing either starts a new round once the node left the metadata (its coordinators moved) or
+            # is still waiting on it: either way it must end complete, at the latest soon after the node is back
         finally:
             kafka_3node.start_node(victim)
             kafka_3node.wait_ready()

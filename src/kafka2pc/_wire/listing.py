@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import kafka.errors as kafka_errors
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 
 from kafka2pc._core import codes
@@ -33,7 +34,8 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
     ``timeout_s``. A ``__transaction_state`` partition without an available leader, or leaders that cannot be read,
     make the listing incomplete too; and since a broker answers only for the coordinators it leads when it is asked,
     the leaders (and their epochs) are read again after the fan-out and the listing repeated (under
-    :data:`~kafka2pc._core.retry.LISTING_ROUNDS`) if any moved.
+    :data:`~kafka2pc._core.retry.LISTING_ROUNDS`) if any moved, or if a broker being asked left the cluster (killed
+    and fenced: its coordinators moved, so the next round asks their new leaders instead of waiting for it).
     ``pattern`` (a regular expression on the whole transactional id) is sent to brokers with ListTransactions v2;
     callers must still filter client-side, as older brokers ignore it.
     """
@@ -60,24 +62,41 @@ def list_transactions(client: ClusterClient, *, states: Sequence[str] = (), patt
             raise IncompleteListingError(f"{_TRANSACTION_STATE_TOPIC} partitions {orphans} have no available "
                                          "leader: their transactions cannot be listed")
         found: dict[str, TransactionListing] = {}
-        for broker in brokers:
-            for entry in _list_on(client, broker, make_request, timeout_s):
-                found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
-                                                                   entry.transaction_state)
-        # leader epochs, not only leaders: a partition that moved to a broker already asked and back to one not
-        # asked yet (a broker restarted, then a preferred-leader election) has the same leader and a later epoch
-        if _transaction_state_leadership(client) == leadership:
-            return sorted(found.values(), key=lambda listing: listing.transactional_id)
+        try:
+            for broker in brokers:
+                for entry in _list_on(client, broker, make_request, timeout_s):
+                    found[entry.transactional_id] = TransactionListing(entry.transactional_id, entry.producer_id,
+                                                                       entry.transaction_state)
+        except _BrokerLeft as left:
+            why = f"broker {left.broker} left the cluster during ListTransactions (its coordinators moved)"
+        else:
+            # leader epochs, not only leaders: a partition that moved to a broker already asked and back to one not
+            # asked yet (a broker restarted, then a preferred-leader election) has the same leader, a later epoch
+            if _transaction_state_leadership(client) == leadership:
+                return sorted(found.values(), key=lambda listing: listing.transactional_id)
+            why = "transaction coordinators moved during ListTransactions"
         rounds = rounds.next()
         if rounds is not None:
-            log.info("transaction coordinators moved during ListTransactions; listing again")
+            log.info("%s; listing again", why)
             time.sleep(rounds.delay_s)
     raise IncompleteListingError("transaction coordinators kept moving during ListTransactions")
 
 
+class _BrokerLeft(Exception):
+    """The broker being listed is no longer in the cluster's metadata (stopped and fenced): the listing starts again
+    from the coordinators' new leaders instead of waiting for it to come back."""
+
+    def __init__(self, broker: int) -> None:
+        super().__init__(broker)
+        self.broker = broker
+
+
 def _list_on(client: ClusterClient, broker: int, make_request: Callable[[], Any], timeout_s: float) -> list[Any]:
     def ask() -> list[Any]:
-        response = client.send(make_request(), broker)
+        try:
+            response = client.send(make_request(), broker)
+        except kafka_errors.UnknownBrokerIdError:  # not in the metadata, even after the refresh send makes first
+            raise _BrokerLeft(broker) from None
         code = int(response.error_code)
         kind = codes.kind(code)
         if kind is codes.Kind.COORDINATOR_BUSY:

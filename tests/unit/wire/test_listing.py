@@ -110,3 +110,29 @@ def test_leaders_that_cannot_be_read_make_the_listing_incomplete():
 
     with pytest.raises(IncompleteListingError, match="grant DESCRIBE"):
         KafkaTransport(Listing(refused), timeout_s=1.0).list_transactions()
+
+
+def test_a_broker_that_left_the_cluster_mid_listing_starts_a_new_round_instead_of_waiting_for_it():
+    """A broker killed while a listing waits on it is fenced within seconds and its coordinators move; the listing
+    used to retry it until its whole timeout (60 s), then fail. Now, once the metadata no longer has it, the next
+    round asks the coordinators' new leaders."""
+    import kafka.errors as kafka_errors  # noqa: PLC0415
+
+    reads = iter([{0: (2, 5)}, {0: (1, 6)}, {0: (1, 6)}])
+    members = [[1, 2], [1]]
+
+    class LeftClient(Listing):
+        def broker_ids(self):
+            return members[0]
+
+        def send(self, request, node_id=None):
+            if node_id == 2:
+                if len(members) > 1:
+                    members.pop(0)  # fenced: the refreshed metadata no longer has it
+                raise kafka_errors.UnknownBrokerIdError(2)
+            return super().send(request, node_id)
+
+    client = LeftClient(lambda: next(reads))
+    client.reads = Retry(timeout_s=3.0, backoff_s=0.01)
+    assert [t.transactional_id for t in KafkaTransport(client, timeout_s=3.0).list_transactions()] == ["x"]
+    assert client.listings == 2  # broker 1 in each round; broker 2 never waited on
