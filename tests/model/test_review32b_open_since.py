@@ -4,9 +4,8 @@
 now calls ``sink.recovery.open_since`` for every id it leaves open that the process did not know yet: one
 ``TransactionControl.describe_full`` each, one after the other, each under the control's whole resend budget
 (``timeout_s``, 60 s by default). Its ids are exactly the ones whose abort just failed (the coordinator did not
-answer) and the ones kept for an undone decision. Strict xfail: each fails on the current code and passes with the
-proposed fix (start times read in at most one concurrent round, never for an id whose abort got no answer, with a
-short budget; else 'now')."""
+answer) and the ones kept for an undone decision. Each failed on f7fc1b3; the fix counts what a listing finds from
+when it found it, with no DescribeTransactions."""
 
 from __future__ import annotations
 
@@ -54,8 +53,6 @@ def open_ids(transport: ModelTransport, prefix: str, n: int) -> list[str]:
     return ids
 
 
-@pytest.mark.xfail(strict=True, reason="review 32b, finding 1: open_since re-describes, one by one under the whole "
-                                       "resend budget, the ids whose abort the coordinator just did not answer")
 def test_a_listing_whose_aborts_got_no_answer_fails_without_a_describe_per_id_first():
     """Scenario: the coordinator of a prefix's ids stops answering (a broker killed, a partition without leader) while
     recovery, or the driver's cleanup after a batch, aborts what LISTING found. abort_all_ongoing's one round of
@@ -77,8 +74,6 @@ def test_a_listing_whose_aborts_got_no_answer_fails_without_a_describe_per_id_fi
     assert waited <= len(ids) * GIVE_UP_S, f"the listing waited {waited / GIVE_UP_S:g} budgets before reporting"
 
 
-@pytest.mark.xfail(strict=True, reason="review 32b, finding 1: open_since is one serial DescribeTransactions per "
-                                       "kept id on every LISTING that meets it first")
 def test_the_start_times_of_kept_ids_are_read_in_one_round_not_one_request_each():
     """Recovery keeps every id of an undone decision (a crashed committer's, or one stuck) out of LISTING; the first
     LISTING that meets them (recovery at planning, on the Spark driver's critical path) now sends one
