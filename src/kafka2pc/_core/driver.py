@@ -26,8 +26,9 @@ class CoordinatorTransport(Protocol):
         answer (:class:`~kafka2pc._core.messages.NoAnswer` when none came in time)."""
         ...
 
-    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
-        """:meth:`execute` for commands of several transactional ids, all at once."""
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> Sequence[Answer | Exception]:
+        """:meth:`execute` for commands of several transactional ids, all at once; an exception in place of an
+        answer is the error :meth:`execute` would have raised for that command alone."""
         ...
 
     def now(self) -> float:

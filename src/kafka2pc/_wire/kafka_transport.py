@@ -19,6 +19,7 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
 from kafka2pc._core import codes
+from kafka2pc._core.initialization import versions_too_old
 from kafka2pc._core.messages import (
     AddAnswer,
     AddPartitions,
@@ -87,7 +88,8 @@ class KafkaTransport:
         """Before a transaction protocol 2 end on a client whose versions lack EndTxn v5 (learnt before an upgrade),
         read every broker's versions again."""
         if any(isinstance(c, EndTxn) and c.transaction_version >= 2 for c in commands) \
-                and self.client.broker_max_version(EndTxnRequest) < 5:
+                and self.client.broker_max_version(EndTxnRequest) < 5 \
+                and versions_too_old(api_versions.age_s(self.client)):  # not at every resend of a refused end
             api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
 
     # -- coordinator commands ----------------------------------------------------------------------------------------
@@ -118,15 +120,16 @@ class KafkaTransport:
             raise
         return self._answer(transactional_id, command, response)
 
-    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer]:
+    def execute_all(self, commands: Sequence[tuple[str, Command]]) -> list[Answer | Exception]:
         """Carry out commands of several transactional ids at once: EndTxn and DescribeTransactions go out
         concurrently, in one round trip (spread over several connections per broker); any other command goes
-        through :meth:`execute`."""
+        through :meth:`execute`. A command the client refused to send (a version the brokers lack) gets the error
+        :meth:`execute` would raise, in place of its answer."""
         delay = max((command.after_s for _, command in commands), default=0.0)
         if delay:
             time.sleep(delay)
         self._versions_for([command for _, command in commands])
-        answers: list[Answer | None] = [None] * len(commands)
+        answers: list[Answer | Exception | None] = [None] * len(commands)
         batched = [(i, txn_id, command) for i, (txn_id, command) in enumerate(commands)
                    if isinstance(command, EndTxn | DescribeTransaction)]
         self.client.look_up_transaction_coordinators([txn_id for _, txn_id, _ in batched])
@@ -140,8 +143,11 @@ class KafkaTransport:
         for start in range(0, len(sent), WAVE):  # bounded by len(sent)
             wave = sent[start:start + WAVE]
             for (index, txn_id, command, _), reply in zip(wave, self._send_wave(wave), strict=True):
-                answers[index] = self._lost(txn_id, reply) if isinstance(reply, Exception) else \
-                    self._answer(txn_id, command, reply)
+                if isinstance(reply, kafka_errors.IncompatibleBrokerVersion):  # refused by the client: never sent
+                    answers[index] = UnsupportedByBrokerError(str(reply))  # as execute raises it: the machine's say
+                else:
+                    answers[index] = self._lost(txn_id, reply) if isinstance(reply, Exception) else \
+                        self._answer(txn_id, command, reply)
         return [answer if answer is not None else self.execute(txn_id, attrs.evolve(command, after_s=0.0))
                 for answer, (txn_id, command) in zip(answers, commands, strict=True)]
 

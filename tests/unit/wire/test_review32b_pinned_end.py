@@ -18,7 +18,6 @@ import types
 from concurrent.futures import Future
 
 import kafka.errors as kafka_errors
-import pytest
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS, BrokerVersionData
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -104,8 +103,6 @@ def commit_prepared_v2(client: MixedClient):
     return control.commit_all([("sink-0-0", PreparedTxnState(7, 3, 2))])[0]
 
 
-@pytest.mark.xfail(strict=True, reason="review 32b, finding 2: a protocol-2 end refused on the client is reported "
-                                       "as a lost answer and resent for the whole budget")
 def test_a_protocol_2_end_the_client_cannot_send_is_reported_unsupported_not_as_not_settled():
     """Scenario: a sink decision of protocol-2 transactions (recorded with transaction_version=2) is rolled forward
     (the committer after a crash, `kafka2pc recover`, the next planning) while one broker of the cluster speaks
@@ -121,8 +118,6 @@ def test_a_protocol_2_end_the_client_cannot_send_is_reported_unsupported_not_as_
     assert isinstance(result, UnsupportedByBrokerError), result
 
 
-@pytest.mark.xfail(strict=True, reason="review 32b, finding 2: every resend of a refused protocol-2 end reads every "
-                                       "broker's ApiVersions again (the back-off covers failed reads only)")
 def test_a_refused_protocol_2_end_does_not_read_every_brokers_versions_at_each_resend():
     """The same scenario: the re-read succeeds each time (every broker answers) but still gives EndTxn max 4, so
     _FAILED_AT is never set and each resend (every 0.1-1 s for max.block.ms) asks every broker for ApiVersions."""
