@@ -88,8 +88,10 @@ SETTLE_LOOKS = Retry(backoff_s=0.05, factor=1.0)
 #: the I/O edge's reads of cluster metadata and configs (and ListTransactions per broker): a second's backoff at
 #: most, for as long as the caller blocks (the client's timeout)
 READS = Retry(backoff_s=0.1, max_backoff_s=1.0)
-#: a whole ListTransactions fan-out, listed again when the coordinators moved during it (3 in all)
-LISTING_ROUNDS = Retry(total=2, backoff_s=0.0)
+#: a whole ListTransactions fan-out, listed again when the coordinators moved during it or a broker being asked left
+#: the cluster (5 in all, a short pause between: leader epochs also grow on an ISR shrink before metadata.version
+#: 3.6-IV0, so a flapping follower can look like a move)
+LISTING_ROUNDS = Retry(total=4, backoff_s=0.1, max_backoff_s=1.0)
 #: the longest pause between Produce retries unless the producer's ``retry.backoff.ms`` is longer (Kafka's default
 #: ``retry.backoff.max.ms``)
 PRODUCE_MAX_BACKOFF_MS = 1000
