@@ -178,7 +178,8 @@ class TwoPhaseProducer:
         reason = self._core.fallback_reason
         cluster = self._client if self._client is not None else self._transport
         if self._core.setup is not None and self._core.setup.two_phase:
-            _TWO_PHASE_SEEN.add(cluster)
+            with contextlib.suppress(TypeError):  # a transport that cannot be weakly referenced: never reported so
+                _TWO_PHASE_SEEN.add(cluster)
         if reason is not None:
             metrics.TWO_PHASE_FALLBACKS.labels(reason=metrics.fallback_reason(reason)).inc()
             setup = self._core.setup
