@@ -26,6 +26,9 @@ COMMITTED_DECIDED, ABORTED_UNDECIDED = "committed_decided", "aborted_undecided"
 #: TWO_PHASE_COMMIT); v6 gone under a running client; a Spark batch whose tasks fell back (counted by the driver);
 #: a reason this release does not know
 FALLBACK_REASONS = ("no_v6", "config_off", "acl", "turned_off", "sink_batch", "other")
+#: the ``outcome`` label of ended transactions: a TwoPhaseProducer's commit or abort, and a sink committer's
+#: completion (lost: a decided transaction that can never commit; unknown: its fate cannot be read)
+OUTCOMES = ("committed", "aborted", "lost", "unknown")
 #: the phases' latency buckets (seconds): a millisecond to five minutes
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
                  300.0)
@@ -103,6 +106,14 @@ DUAL_WRITE_KEEPER_ERRORS = Counter(
 DUAL_WRITE_LEASES_TAKEN_OVER = Counter(
     "kafka2pc_dual_write_leases_taken_over", "Expired leases of other processes a pool claimed and settled",
     ["prefix"])
+
+# the series of bounded labels exist from import, at 0, so that increase() over a window sees their first event
+# (a series born at 1 has no earlier sample). Under the multiprocess mode this writes this process's file at import
+for _outcome in OUTCOMES:
+    TRANSACTIONS_ENDED.labels(outcome=_outcome)
+for _reason in FALLBACK_REASONS:
+    TWO_PHASE_FALLBACKS.labels(reason=_reason)
+del _outcome, _reason
 
 _PRODUCER_PATH: ContextVar[str] = ContextVar("kafka2pc_metrics_path", default=PRODUCER)
 
