@@ -108,7 +108,8 @@ DUAL_WRITE_LEASES_TAKEN_OVER = Counter(
     ["prefix"])
 
 # the series of bounded labels exist from import, at 0, so that increase() over a window sees their first event
-# (a series born at 1 has no earlier sample). Under the multiprocess mode this writes this process's file at import
+# (a series born at 1 has no earlier sample). Under the multiprocess mode this writes this process's file at import:
+# a PROMETHEUS_MULTIPROC_DIR that does not exist fails the import (FileNotFoundError)
 for _outcome in OUTCOMES:
     TRANSACTIONS_ENDED.labels(outcome=_outcome)
 for _reason in FALLBACK_REASONS:
