@@ -109,12 +109,18 @@ DUAL_WRITE_LEASES_TAKEN_OVER = Counter(
 
 # the series of bounded labels exist from import, at 0, so that increase() over a window sees their first event
 # (a series born at 1 has no earlier sample). Under the multiprocess mode this writes this process's file at import:
-# a PROMETHEUS_MULTIPROC_DIR that does not exist fails the import (FileNotFoundError)
-for _outcome in OUTCOMES:
-    TRANSACTIONS_ENDED.labels(outcome=_outcome)
-for _reason in FALLBACK_REASONS:
-    TWO_PHASE_FALLBACKS.labels(reason=_reason)
-del _outcome, _reason
+# a PROMETHEUS_MULTIPROC_DIR that does not exist leaves them out (the first event then fails), never fails the import
+def _series_at_zero() -> None:
+    try:
+        for outcome in OUTCOMES:
+            TRANSACTIONS_ENDED.labels(outcome=outcome)
+        for reason in FALLBACK_REASONS:
+            TWO_PHASE_FALLBACKS.labels(reason=reason)
+    except OSError:  # PROMETHEUS_MULTIPROC_DIR missing: the first event fails instead, never the import (the CLI)
+        pass
+
+
+_series_at_zero()
 
 _PRODUCER_PATH: ContextVar[str] = ContextVar("kafka2pc_metrics_path", default=PRODUCER)
 

@@ -54,3 +54,12 @@ def test_the_pre_created_labels_cover_every_value_the_code_gives():
     reasons = ["broker advertises InitProducerId up to v5", "transaction.two.phase.commit.enable=false",
                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "the cluster no longer advertises v6", "anything else"]
     assert {metrics.fallback_reason(r) for r in reasons} | {"sink_batch"} == set(metrics.FALLBACK_REASONS)
+
+
+def test_a_multiprocess_folder_that_does_not_exist_never_fails_the_import(tmp_path):
+    """The kafka2pc CLI imports the package: a shell whose PROMETHEUS_MULTIPROC_DIR points nowhere must still run it
+    (the series at 0 are then left out; the first metric recorded fails, as it did before they existed)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "missing")}
+    done = subprocess.run([sys.executable, "-c", "import kafka2pc.metrics; print('imported')"], capture_output=True,
+                          text=True, timeout=60, env=env, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "imported"), done.stderr[-2000:]
