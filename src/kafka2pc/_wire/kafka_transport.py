@@ -76,13 +76,16 @@ class KafkaTransport:
     def cluster_facts(self) -> ClusterFacts:
         """Read from the ApiVersions the client holds (the bootstrap broker's when it connected, or every broker's
         since :class:`~kafka2pc._core.messages.ReadClusterFacts`; their age says which) and the cluster's finalized
-        features."""
+        features, read afresh. Where ``transaction.version`` 2 is finalized but the held versions lack it (learnt
+        before an in-place upgrade), every broker's versions are read again first, at most once per
+        ``VERSIONS_MAX_AGE_S``: the cluster finalizes a level only once all its brokers speak it."""
         client = self.client
-        age = api_versions.age_s(client)
-        tv2 = (client.finalized_feature_level("transaction.version") >= 2
-               and client.broker_max_version(ProduceRequest) >= 12
-               and client.broker_max_version(EndTxnRequest) >= 5)
-        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1, versions_age_s=age)
+        level = client.finalized_feature_level("transaction.version")
+        if level >= 2 and not _speaks_protocol_2(client) and versions_too_old(api_versions.age_s(client)):
+            api_versions.read_again(client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+        tv2 = level >= 2 and _speaks_protocol_2(client)
+        return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1,
+                            versions_age_s=api_versions.age_s(client))
 
     def _versions_for(self, commands: Sequence[Command]) -> None:
         """Before a transaction protocol 2 end on a client whose versions lack EndTxn v5 (learnt before an upgrade),
@@ -251,6 +254,11 @@ class KafkaTransport:
 
         raw.add_done_callback(convert)
         return result
+
+
+def _speaks_protocol_2(client: ClusterClient) -> bool:
+    """Whether the versions the client holds carry transaction protocol 2 (KIP-890: Produce v12, EndTxn v5)."""
+    return client.broker_max_version(ProduceRequest) >= 12 and client.broker_max_version(EndTxnRequest) >= 5
 
 
 def _request(transactional_id: str, command: Command) -> Any:
