@@ -3,8 +3,9 @@ it) on a real 4.4.0 node while three writers keep writing: the sink's SubtaskWri
 SQLite, and a TwoPhaseProducer of the application's own that never initialises again. Each transaction's protocol
 is read twice: as the writer recorded it (the prepared state's ``transaction_version``) and as the broker shows it
 (protocol 2's EndTxn bumps the epoch, so DescribeTransactions after the commit shows the prepared epoch + 1; protocol
-1's leaves it). Then the read_committed audit: exact, nothing pinned, the DB rows == the Kafka keys
-(docs/brokers.md, "transaction.version raised")."""
+1's leaves it). Then the read_committed audit: exact, nothing pinned, the DB rows == the Kafka keys.
+The second test raises it on a node upgraded in place from 3.9.2, under a sink whose client connected to 3.9.2
+(docs/brokers.md, "transaction.version raised under a running job")."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ class Loop:
 
 def _finalized(admin: KafkaAdminClient) -> int:
     """The finalized transaction.version as kafka-python's admin reads it (the test's own look, not kafka2pc's)."""
-    return int(admin.describe_features()["transaction.version"]["finalized"][1])
+    finalized = admin.describe_features().get("transaction.version", {}).get("finalized")
+    return int(finalized[1]) if finalized else 0
 
 
 def _set_transaction_version(admin: KafkaAdminClient, level: int) -> float:
@@ -103,8 +105,8 @@ class SinkWriter:
     """(a) The sink: a new producer per checkpoint on pooled ids, the committer completing each decision."""
 
     def __init__(self, config: dict[str, object], client: ClusterClient, control: TransactionControl, *,
-                 topic: str, prefix: str, decisions: FileDecisionLog):
-        self.writer = SubtaskWriter(config, prefix, 0, cluster=client)
+                 topic: str, prefix: str, decisions: FileDecisionLog, two_phase_commit: bool = True):
+        self.writer = SubtaskWriter(config, prefix, 0, cluster=client, two_phase_commit=two_phase_commit)
         self.committer, self.control, self.topic = Committer(control, decisions), control, topic
         self.committed: list[bytes] = []
         self.checkpoint = 0
@@ -121,7 +123,15 @@ class SinkWriter:
                 self.writer.abort()
             raise
         assert prepared is not None
-        self.writer.release(self.committer.commit(Decision(self.checkpoint, [prepared])))
+        decision, deadline = Decision(self.checkpoint, [prepared]), time.monotonic() + 60
+        while True:  # decided: rolled forward until it is done (a broker restarting), bounded
+            try:
+                self.writer.release(self.committer.commit(decision))
+                break
+            except Kafka2pcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.committed.extend(values)
         return _settled(self.control, prepared.transactional_id, begun, prepared.state)
 
@@ -307,3 +317,63 @@ def test_transaction_version_raised_from_1_to_2_under_running_writers_stays_exac
     for name, (_, *faults) in figures.items():
         assert faults == [0, 0, 0, 0], (name, figures[name])
     assert figures["dual"][0] == len(rows)  # DB rows == Kafka keys
+
+
+@pytest.mark.timeout(300)
+def test_a_sink_that_connected_to_3_9_follows_transaction_version_raised_after_an_in_place_upgrade(
+        kafka_factory, tmp_path):
+    """The sink's writer without two-phase commit (the versions a client holds are read again by nothing else) runs
+    on 3.9.2, through an in-place restart onto 4.4.0, then metadata.version and transaction.version are raised:
+    protocol 2 from the first checkpoint after, exact (about 13 s). Before KafkaTransport.cluster_facts read the
+    versions again, it stayed on protocol 1 (Produce v11, learnt on 3.9.2) for ever."""
+    kafka = kafka_factory(BrokerSettings(version="3.9.2"))
+    if not hasattr(kafka, "restart_with"):
+        pytest.skip(f"restarting a node on another release needs the local backend, not {kafka.backend}")
+    config = dict(kafka.client_config)
+    topic, prefix = create_topic(kafka, partitions=2), f"tvu{uuid.uuid4().hex[:6]}"
+    client = ClusterClient(ClientConfig.from_dict(config))
+    control = TransactionControl(client)
+    decisions = FileDecisionLog(tmp_path / "decisions", prefix)
+    sink = SinkWriter(config, client, control, topic=topic, prefix=prefix, decisions=decisions,
+                      two_phase_commit=False)
+    loop = Loop("sink", sink.step)
+    try:
+        loop.thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(loop.txns) < 3:  # bounded
+            time.sleep(0.05)
+        kafka.restart_with(BrokerSettings(version="4.4.0", two_phase_commit=False))  # same log directory
+        back = time.monotonic()
+        deadline = back + 60
+        while time.monotonic() < deadline and len(loop.after(back)) < 3:  # bounded
+            time.sleep(0.05)
+        with contextlib.closing(KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)) as admin:
+            newest = admin.describe_features()["metadata.version"]["supported"][1]
+            assert admin.update_features({"metadata.version": newest}) == {"metadata.version": "OK"}
+            upgraded = _set_transaction_version(admin, 2)
+        deadline = upgraded + 30
+        while time.monotonic() < deadline and len(  # bounded
+                [t for t in loop.after(upgraded + SINK_SWITCH_S) if t.recorded_version == 2]) < 5:
+            time.sleep(0.05)
+    finally:
+        loop.stop.set()
+        loop.thread.join(timeout=90)
+    sink.writer.close()
+    recovery = recover(control, prefix, decisions)
+    client.close()
+
+    v2 = [t for t in loop.txns if t.recorded_version == 2]
+    figures = _audit(kafka, topic, sink.committed)
+    print(f"\n3.9.2 -> 4.4.0 in place, then transaction.version 2 at t=0: {len(loop.txns)} transactions, "
+          f"{len(loop.after(back))} after the restart, {len(v2)} under protocol 2, the first begun at "
+          f"{f'{v2[0].begun - upgraded:+.2f} s' if v2 else 'never'}; broker's view agrees: "
+          f"{all(t.broker_version == t.recorded_version for t in loop.txns)}; errors during the restart: "
+          f"{len(loop.errors)}; recovery aborted {len(recovery.aborted)}; read_committed audit (records, "
+          f"duplicates, gaps, never committed, LSO pinned): {figures}")
+    assert {t.recorded_version for t in loop.txns if t.begun < upgraded} == {1}
+    assert len(loop.after(back)) >= 3  # protocol 1 on 4.4.0 before the feature is raised
+    assert {t.recorded_version for t in loop.after(upgraded + SINK_SWITCH_S)} == {2}, loop.txns
+    assert len(v2) >= 5
+    assert all(t.broker_version == t.recorded_version for t in loop.txns), loop.txns
+    assert recovery.stuck == ()
+    assert figures[1:] == (0, 0, 0, 0), figures
