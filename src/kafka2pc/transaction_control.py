@@ -15,6 +15,7 @@ coordinator model in the model-based tests).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
@@ -22,6 +23,7 @@ import attrs
 
 from kafka2pc._core.completion import Completion, Goal, Settled
 from kafka2pc._core.driver import CoordinatorTransport, drive, drive_all
+from kafka2pc._core.initialization import versions_too_old
 from kafka2pc._core.judge import Fate, TransactionOutcome, end_version
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import (
@@ -87,13 +89,21 @@ class TransactionControl:
         self.transport: ControlTransport = KafkaTransport(cluster, timeout_s=timeout_s) \
             if isinstance(cluster, ClusterClient) else cluster
         self._transaction_version = transaction_version
+        self._fixed = transaction_version is not None
+        self._read_at = 0.0
         self._retry = attrs.evolve(COORDINATOR_RETRY, timeout_s=timeout_s)
 
     @property
     def transaction_version(self) -> int:
-        """The cluster's transaction protocol (1 or 2)."""
-        if self._transaction_version is None:
-            self._transaction_version = int(self.transport.cluster_facts().transaction_version)
+        """The cluster's transaction protocol (1 or 2): its finalized ``transaction.version``, whatever the versions
+        this client holds can send (transactions others began are under it). A 1 is read again once it is
+        ``VERSIONS_MAX_AGE_S`` old (the cluster may have raised it since); one given to the constructor stands."""
+        now = time.monotonic()
+        if self._transaction_version is None or (
+                self._transaction_version == 1 and not self._fixed and versions_too_old(now - self._read_at)):
+            facts = self.transport.cluster_facts()
+            self._transaction_version = int(facts.finalized_transaction_version or facts.transaction_version)
+            self._read_at = now
         return self._transaction_version
 
     def _run(self, transactional_id: str, machine: Machine[R]) -> R:

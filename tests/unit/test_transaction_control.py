@@ -98,3 +98,29 @@ def test_a_lost_answer_is_sent_again_and_one_lost_for_good_is_unavailable(transp
     transport.faults.failed_describes.append(True)
     with pytest.raises(BrokerUnavailableError):
         control.describe("app-0")
+
+
+def test_a_protocol_1_learnt_is_read_again_once_old_and_a_2_stands(monkeypatch):
+    """The cluster may finalize transaction.version 2 under a running control (review 32c): a 1 it learnt is read
+    again once VERSIONS_MAX_AGE_S old; a 2 is kept; the finalized level counts, not what this client can send."""
+    import kafka2pc.transaction_control as control_module  # noqa: PLC0415
+    from kafka2pc._core.initialization import VERSIONS_MAX_AGE_S  # noqa: PLC0415
+    from kafka2pc._core.messages import ClusterFacts  # noqa: PLC0415
+
+    clock = [100.0]
+    monkeypatch.setattr(control_module.time, "monotonic", lambda: clock[0])
+    levels, asked = [1, 2, 1], []
+
+    class Facts:
+        def cluster_facts(self):
+            asked.append(clock[0])
+            return ClusterFacts(5, 1, finalized_transaction_version=levels[len(asked) - 1])
+
+    control = control_module.TransactionControl(Facts())  # type: ignore[arg-type]
+    assert control.transaction_version == 1
+    clock[0] += VERSIONS_MAX_AGE_S / 2
+    assert control.transaction_version == 1 and len(asked) == 1
+    clock[0] += VERSIONS_MAX_AGE_S
+    assert control.transaction_version == 2  # finalized 2, though this client could only send protocol 1
+    clock[0] += 10 * VERSIONS_MAX_AGE_S
+    assert control.transaction_version == 2 and len(asked) == 2

@@ -101,6 +101,9 @@ class ClusterFacts:
     #: how long ago the brokers' ApiVersions behind these facts were read (None: not known, e.g. when the client
     #: connected); 0 where they are always current (a model)
     versions_age_s: float | None = 0.0
+    #: the cluster's finalized transaction.version (1 or 2) whatever this client's versions can send: what a
+    #: transaction someone else began may be under (None: the same as ``transaction_version``)
+    finalized_transaction_version: int | None = None
 
 
 # -- commands ------------------------------------------------------------------------------------------------------

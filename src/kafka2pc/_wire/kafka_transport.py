@@ -85,7 +85,8 @@ class KafkaTransport:
             api_versions.read_again(client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
         tv2 = level >= 2 and _speaks_protocol_2(client)
         return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1,
-                            versions_age_s=api_versions.age_s(client))
+                            versions_age_s=api_versions.age_s(client),
+                            finalized_transaction_version=min(2, max(1, level)))
 
     def _versions_for(self, commands: Sequence[Command]) -> None:
         """Before a transaction protocol 2 end on a client whose versions lack EndTxn v5 (learnt before an upgrade),
@@ -115,7 +116,9 @@ class KafkaTransport:
             response = self.client.send(_request(transactional_id, command), node_id=node)
         except TRANSIENT as exc:
             return self._lost(transactional_id, exc)
-        except UnsupportedByBrokerError:
+        except UnsupportedByBrokerError as exc:
+            if isinstance(command, EndTxn) and not self._versions_fresh():
+                return self._refused_for_now(transactional_id, exc)
             if isinstance(command, InitProducerId) and (command.enable_2pc or command.keep_prepared):
                 # the connection found the broker without InitProducerId v6 (2PC turned off, a downgrade) while the
                 # client's versions still had it: reported as the broker's own refusal would be
@@ -147,7 +150,8 @@ class KafkaTransport:
             wave = sent[start:start + WAVE]
             for (index, txn_id, command, _), reply in zip(wave, self._send_wave(wave), strict=True):
                 if isinstance(reply, kafka_errors.IncompatibleBrokerVersion):  # refused by the client: never sent
-                    answers[index] = UnsupportedByBrokerError(str(reply))  # as execute raises it: the machine's say
+                    refused = UnsupportedByBrokerError(str(reply))  # as execute raises it: the machine's say
+                    answers[index] = refused if self._versions_fresh() else self._refused_for_now(txn_id, refused)
                 else:
                     answers[index] = self._lost(txn_id, reply) if isinstance(reply, Exception) else \
                         self._answer(txn_id, command, reply)
@@ -184,6 +188,17 @@ class KafkaTransport:
         except (BrokerUnavailableError, *TRANSIENT) as exc:
             return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found ({exc!r})", sent=False,
                             cause=exc)
+
+    def _versions_fresh(self) -> bool:
+        """Whether the versions the client holds were read from every broker lately: only then does a request the
+        client refuses to send say the cluster lacks that version, and not that a read of them failed or is due."""
+        return not versions_too_old(api_versions.age_s(self.client))
+
+    def _refused_for_now(self, transactional_id: str, exc: Exception) -> NoAnswer:
+        """An EndTxn the client refused on versions that may be stale (a broker did not answer their re-read during a
+        restart): not sent, so the machine may send it again; never a FatalError for a decided transaction."""
+        return NoAnswer(f"coordinator of {transactional_id!r}: the client cannot send this EndTxn on the versions it "
+                        f"holds, which could not be read again yet ({exc}); not sent", sent=False, cause=exc)
 
     def _lost(self, transactional_id: str, exc: Exception) -> NoAnswer:
         self.client.forget_coordinator(transactional_id)
