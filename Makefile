@@ -79,7 +79,9 @@ bench-recovery: jars
 # job with its checkpoint on HDFS 5 times (the default suite kills it once, after a NameNode outage), and the main job through 5 storage outages
 # around its commits with its checkpoint on HDFS and 5 on S3 (the default suite: one on HDFS, none on S3); and the
 # main job through an in-place upgrade of its broker from 3.9.2 to 4.4.0 with two-phase commit on (about 5 min; the
-# default suite turns two-phase commit on and off under the sink's writer on 4.4.0).
+# default suite turns two-phase commit on and off under the sink's writer on 4.4.0); and the Spark streaming job and
+# keyed Spark batch writes through a rolling restart of the 3-node cluster and a SIGKILL of its busiest coordinator
+# (about 3 and 2 min; the default suite puts a DualWriterPool under load through the same events).
 chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
@@ -88,6 +90,7 @@ chaos: jars s3a-jars
 	KAFKA2PC_STORAGE_OUTAGES=5 $(PY) -m pytest -p no:logging tests/integration/test_storage_outages.py $(PYTEST_ARGS)
 	KAFKA2PC_FLEET_LEASE_S=15 $(PY) -m pytest -p no:logging tests/integration/test_dual_write_fleet.py $(PYTEST_ARGS)
 	KAFKA2PC_UPGRADE_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_broker_gains_2pc.py -k spark $(PYTEST_ARGS)
+	KAFKA2PC_ROLLING_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_rolling_restart.py -k spark $(PYTEST_ARGS)
 
 # kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
 # packs an environment, so it is not part of `make test`.
