@@ -16,7 +16,7 @@ LONG_FILES = {
     "test_dual_write_zombies.py": 17, "test_harness_failure_logs.py": 14, "test_dual_write_leases.py": 11,
     "test_wheel.py": 11, "test_s3_conditional_answers.py": 11, "test_sink_reproduced.py": 10, "test_cli_audit.py": 10,
     "test_cli_txns.py": 10, "test_dual_write_connections.py": 9, "test_fleet_frameworks.py": 9, "test_cli_fleet.py": 9,
-    "test_topic_and_acl_changes.py": 36, "test_transaction_version_upgrade.py": 27, "test_rolling_restart.py": 60,
+    "test_topic_and_acl_changes.py": 36, "test_transaction_version_upgrade.py": 27, "test_rolling_restart.py": 75,
     "test_operator_metrics.py": 8,
 }
 
