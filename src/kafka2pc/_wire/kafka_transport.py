@@ -81,8 +81,8 @@ class KafkaTransport:
         ``VERSIONS_MAX_AGE_S``: the cluster finalizes a level only once all its brokers speak it."""
         client = self.client
         level = client.finalized_feature_level("transaction.version")
-        if level >= 2 and not _speaks_protocol_2(client) and versions_too_old(api_versions.age_s(client)):
-            api_versions.read_again(client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+        if level >= 2 and not _speaks_protocol_2(client) and not self._versions_fresh():
+            self._read_versions_again()
         tv2 = level >= 2 and _speaks_protocol_2(client)
         return ClusterFacts(client.broker_max_version(InitProducerIdRequest), 2 if tv2 else 1,
                             versions_age_s=api_versions.age_s(client),
@@ -93,8 +93,8 @@ class KafkaTransport:
         read every broker's versions again."""
         if any(isinstance(c, EndTxn) and c.transaction_version >= 2 for c in commands) \
                 and self.client.broker_max_version(EndTxnRequest) < 5 \
-                and versions_too_old(api_versions.age_s(self.client)):  # not at every resend of a refused end
-            api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+                and not self._versions_fresh():  # not at every resend of a refused end
+            self._read_versions_again()
 
     # -- coordinator commands ----------------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ class KafkaTransport:
         if isinstance(command, ReadBrokerConfig):
             return ConfigValue(self._broker_config(command.name))
         if isinstance(command, ReadClusterFacts):
-            api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
+            self._read_versions_again()
             return FactsAnswer(self.cluster_facts())
         self._versions_for([command])
         node = self._coordinator(transactional_id, command)
@@ -188,6 +188,10 @@ class KafkaTransport:
         except (BrokerUnavailableError, *TRANSIENT) as exc:
             return NoAnswer(f"the coordinator of {transactional_id!r} cannot be found ({exc!r})", sent=False,
                             cause=exc)
+
+    def _read_versions_again(self) -> None:
+        """Every broker's ApiVersions, read again and put to use (the known ones stay where one does not answer)."""
+        api_versions.read_again(self.client, timeout_s=min(self.timeout_s, _READ_AGAIN_S))
 
     def _versions_fresh(self) -> bool:
         """Whether the versions the client holds were read from every broker lately: only then does a request the
