@@ -314,6 +314,13 @@ class StateTable:
             raise ProducerFencedError(f"{transactional_id!r}: this process's lease on the id was taken over by "
                                       "another process: this writer is fenced")
 
+    def extend_lease(self, transactional_id: str, lease: tuple[str, float]) -> None:
+        """Renew the lease (token, length in seconds) inside the current transaction, if that token holds it."""
+        cursor = self.connection.cursor()
+        cursor.execute(self.sql(f"UPDATE {self.table} SET lease_expires = {self.now} + ?, heartbeat_at = {self.now} "
+                                "WHERE transactional_id = ? AND lease_owner = ?"),
+                       (lease[1], transactional_id, lease[0]))
+
     def read(self, transactional_id: str) -> StoredState | None:
         """The row, read in a transaction of its own (ended here)."""
         self.connection.begin()

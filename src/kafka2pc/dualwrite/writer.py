@@ -188,16 +188,31 @@ class DualWriter:
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
+        except BaseException as exc:
+            self._end_failed_recovery(keep_lease=not isinstance(exc, ProducerFencedError))
+            raise
+        try:
             self._decided_at = _now()
             table.write(self.transactional_id, owner=self._owner, completed=True, lease=self._lease)
             self._db.commit()
         except BaseException:
-            with contextlib.suppress(Exception):
-                self._db.rollback()
+            self._end_failed_recovery(keep_lease=False)
             raise
         self._needs_recovery = False
         self._owned = True
         metrics.OPEN_TRANSACTIONS.closed(self._metric_prefix, metrics.DUAL_WRITE, self.transactional_id)
+
+    def _end_failed_recovery(self, *, keep_lease: bool) -> None:
+        """Roll back a recovery that wrote nothing. Its row was locked while it waited for Kafka, and the keeper's
+        renewals skip a locked row: the lease, if still this writer's, is renewed before the lock is let go, or
+        another process could claim the id in between (and do no better)."""
+        if keep_lease and self._lease is not None:
+            with contextlib.suppress(Exception):
+                self._table.extend_lease(self.transactional_id, self._lease)
+                self._db.commit()
+                return
+        with contextlib.suppress(Exception):
+            self._db.rollback()
 
     def _count_settled(self, reason: str) -> None:
         metrics.RECOVERY_SETTLED.labels(prefix=self._metric_prefix, path=metrics.DUAL_WRITE, reason=reason).inc()
