@@ -229,24 +229,33 @@ def test_a_recovery_that_waited_for_kafka_longer_than_the_lease_lets_the_row_go_
     """Finding (the clean-clone CI at 36864b6, in the test above): a settle that waits for Kafka longer than lease_s
     holds the id's row, so the watcher's renewals skip it, and it used to roll back with the lease run out. Another
     process's claim could take the id before the keeper renewed it after the failure: a live pool lost an id to a
-    process that could do no better. The writer renews its own lease before it lets the row go."""
+    process that could do no better. A recovery for a caller that keeps the id (the keeper's settle, a request)
+    renews its lease before it lets the row go; one on a path that gives the id up (a reap, a retirement, a failed
+    start) does not, so a healthy process can take the id at once (the review of b4ffb6a)."""
     db, transport, prefix = make_db(postgres_dsn), SlowTransport(), f"r-{uuid.uuid4().hex[:6]}"
     pool = make_pool(db.connect, transport, prefix, size=1, min_size=1)
     lose_the_completion(transport, pool, 1)
     (transactional_id, token), = pool._set.snapshot()[1].items()
     writer = pool._set.take_idle(transactional_id)
     assert writer is not None
-    transport.slow_describes, transport.delay_s = 1, 2 * LEASE_S
-    try:
+
+    def fail_slowly(keep_lease: bool) -> tuple[bool, float]:
+        transport.slow_describes, transport.delay_s = 1, 2 * LEASE_S
         with pytest.raises(BrokerUnavailableError):
-            writer.recover_unfinished()
+            writer.recover_unfinished(keep_lease=keep_lease)
         with contextlib.closing(db.connect()) as connection:
             owner, left_s = connection.execute(
                 "SELECT lease_owner, lease_expires - EXTRACT(EPOCH FROM clock_timestamp()) "
                 "FROM kafka2pc_dual_write_state WHERE transactional_id = %s", (transactional_id,)).fetchone()
-        print(f"\nafter a recovery that waited {2 * LEASE_S:g} s for Kafka (lease {LEASE_S:g} s): lease owner is ours "
-              f"{owner == token}, {left_s:.2f} s left")
-        assert owner == token and left_s > LEASE_S / 2, "the row was let go with its lease run out"
+        print(f"\nkeep_lease={keep_lease}: after a recovery that waited {2 * LEASE_S:g} s for Kafka (lease "
+              f"{LEASE_S:g} s): lease owner is ours {owner == token}, {left_s:.2f} s left")
+        return owner == token, float(left_s)
+
+    try:
+        ours, left_s = fail_slowly(keep_lease=True)
+        assert ours and left_s > LEASE_S / 2, "the row was let go with its lease run out"
+        ours, left_s = fail_slowly(keep_lease=False)
+        assert ours and left_s < 0, "a recovery on a path that gives the id up kept it for another lease"
     finally:
         pool._set.give_back(writer)
         pool.close()

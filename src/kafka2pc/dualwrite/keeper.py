@@ -196,7 +196,7 @@ class LeaseKeeper:
         if writer is None:
             return
         try:
-            writer.recover_unfinished()
+            writer.recover_unfinished(keep_lease=True)
             log.info("%r: settled the transaction its writer left unfinished", transactional_id)
         except ProducerFencedError:
             self._pool.lose_writer(writer)

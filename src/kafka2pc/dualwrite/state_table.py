@@ -318,7 +318,7 @@ class StateTable:
         """Renew the lease (token, length in seconds) inside the current transaction, if that token holds it."""
         cursor = self.connection.cursor()
         cursor.execute(self.sql(f"UPDATE {self.table} SET lease_expires = {self.now} + ?, heartbeat_at = {self.now} "
-                                "WHERE transactional_id = ? AND lease_owner = ?"),
+                                "WHERE transactional_id = ? AND lease_owner = ? AND lease_expires IS NOT NULL"),
                        (lease[1], transactional_id, lease[0]))
 
     def read(self, transactional_id: str) -> StoredState | None:

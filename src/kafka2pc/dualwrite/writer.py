@@ -151,14 +151,16 @@ class DualWriter:
         """Whether a transaction of this writer may be left open in Kafka until a recovery settles it."""
         return self._needs_recovery
 
-    def recover_unfinished(self) -> None:
+    def recover_unfinished(self, *, keep_lease: bool = False) -> None:
         """What ``transaction()`` does first when needed: settle this writer's unfinished transaction (a writer that
-        never recovered: the id's); ProducerFencedError rather than take the id back from a later writer."""
+        never recovered: the id's); ProducerFencedError rather than take the id back from a later writer. With
+        ``keep_lease`` (a caller that keeps the id: a request, a pool's keeper), a recovery that fails renews this
+        writer's lease before it lets the id's row go."""
         if self._needs_recovery:
             with metrics.RECOVERY_RUN_SECONDS.labels(path=metrics.DUAL_WRITE).time():
-                self._recover(take_over=not self._owned)
+                self._recover(take_over=not self._owned, keep_lease=keep_lease)
 
-    def _recover(self, *, take_over: bool) -> None:
+    def _recover(self, *, take_over: bool, keep_lease: bool = False) -> None:
         table, control = self._table, self._control()
         self._producer.close()  # in whatever state: a prepared transaction stays open for the decision below
         self._producer = self._new_producer()
@@ -188,8 +190,14 @@ class DualWriter:
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
-        except BaseException as exc:
-            self._end_failed_recovery(keep_lease=not isinstance(exc, ProducerFencedError))
+        except ProducerFencedError:
+            self._end_failed_recovery(keep_lease=False)
+            raise
+        except Exception:
+            self._end_failed_recovery(keep_lease=keep_lease)
+            raise
+        except BaseException:
+            self._end_failed_recovery(keep_lease=False)
             raise
         try:
             self._decided_at = _now()
@@ -204,8 +212,9 @@ class DualWriter:
 
     def _end_failed_recovery(self, *, keep_lease: bool) -> None:
         """Roll back a recovery that wrote nothing. Its row was locked while it waited for Kafka, and the keeper's
-        renewals skip a locked row: the lease, if still this writer's, is renewed before the lock is let go, or
-        another process could claim the id in between (and do no better)."""
+        renewals skip a locked row: with ``keep_lease`` the lease, if still this writer's, is renewed before the lock
+        is let go, or another process could claim the id in between (and do no better). Paths that give the id up
+        (a reap, a retirement, a failed start) do not keep it."""
         if keep_lease and self._lease is not None:
             with contextlib.suppress(Exception):
                 self._table.extend_lease(self.transactional_id, self._lease)
@@ -258,7 +267,7 @@ class DualWriter:
             self._in_block = False
 
     def _transaction(self) -> Iterator[DualWriteTransaction]:
-        self.recover_unfinished()
+        self.recover_unfinished(keep_lease=True)
         self._decide_again_if_due()
         table, producer = self._table, self._producer
         stored = table.begin_locked(self.transactional_id)
@@ -331,7 +340,7 @@ class DualWriter:
                  "cluster", self.transactional_id,
                  "in use" if self._producer.two_phase_commit_active else "fallen back", DECISION_STANDS_S)
         self._needs_recovery = True
-        self.recover_unfinished()
+        self.recover_unfinished(keep_lease=True)
 
     def _check_block_intact(self) -> None:
         """Raise if the application ended the DB transaction inside the block (its commit() or rollback() ends the
