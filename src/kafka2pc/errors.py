@@ -48,6 +48,7 @@ __all__ = [
     "InvalidPreparedStateError",
     "Kafka2pcError",
     "KafkaProtocolError",
+    "LeaseLostError",
     "OutcomeUnknownError",
     "PoolTimeoutError",
     "ProducerFencedError",
@@ -156,6 +157,13 @@ class IncompleteListingError(BrokerUnavailableError):
 
 class PoolTimeoutError(RetriableError):
     """No pooled dual writer became free in time: every one was busy. Retry, or give the pool more writers."""
+
+
+class LeaseLostError(RetriableError):
+    """A DualWriterPool's writer lost its lease while the request's block ran: the block (waiting for Kafka on a
+    broker that was away, or a process frozen) kept its database transaction open longer than ``lease_s``, so
+    PostgreSQL ended its session, or another process took the id over. Both sides were rolled back and the pool
+    serves the next request with another writer: retry. The cause is chained (``__cause__``)."""
 
 
 class StorageUnavailableError(RetriableError):

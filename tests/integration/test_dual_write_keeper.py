@@ -13,9 +13,9 @@ import uuid
 import psycopg
 import pytest
 
-from kafka2pc._core.messages import DescribeTransaction
-from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool
-from kafka2pc.errors import BrokerUnavailableError
+from kafka2pc._core.messages import DescribeTransaction, InitProducerId
+from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool, LeaseLostError
+from kafka2pc.errors import BrokerUnavailableError, RetriableError
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 from tests.model.test_dual_write_pool import Serialised
 
@@ -259,6 +259,36 @@ def test_a_recovery_that_waited_for_kafka_longer_than_the_lease_lets_the_row_go_
     finally:
         pool._set.give_back(writer)
         pool.close()
+
+
+@pytest.mark.parametrize("how", ["session ended", "fenced in Kafka"])
+def test_a_block_that_outlives_its_lease_raises_a_retriable_error_and_the_pool_goes_on(postgres_dsn, how):
+    """Finding (the soak, issue 32: a broker SIGKILLed or SIGSTOPped under a fleet with lease_s=5): a request whose
+    block waited for Kafka longer than lease_s reached the application as psycopg's IdleInTransactionSessionTimeout
+    (PostgreSQL ended the session) or as ProducerFencedError, a FatalError (another process claimed the lapsed id and
+    its recovery fenced the producer): neither is a RetriableError, though both sides rolled back and the pool goes
+    on with another writer. The pool raises LeaseLostError (RetriableError), the cause chained."""
+    db, transport, prefix = make_db(postgres_dsn), SlowTransport(), f"r-{uuid.uuid4().hex[:6]}"
+    pool = make_pool(db.connect, transport, prefix, size=1, min_size=1)
+    try:
+        with pytest.raises(Exception) as raised, pool.transaction() as tx:
+            tx.cursor.execute("INSERT INTO orders VALUES (%s)", (1,))
+            tx.produce("t", value=b"1", key=b"1", partition=0)
+            time.sleep(2.5 * LEASE_S)  # idle in its transaction for longer than the lease: PostgreSQL ends it
+            if how == "fenced in Kafka":  # and another process, which claimed the lapsed id, recovered it
+                transport.model.init_producer_id(tx._producer.transactional_id,
+                                                  InitProducerId(transaction_timeout_ms=60_000, enable_2pc=True))
+                tx.produce("t", value=b"1", key=b"1", partition=1)  # the block's next records: fenced
+                time.sleep(0.5)
+                tx.produce("t", value=b"1", key=b"1", partition=1)
+        print(f"\n{how}: the application saw {type(raised.value).__name__} (retriable: "
+              f"{isinstance(raised.value, RetriableError)}), cause {type(raised.value.__cause__).__name__}")
+        assert isinstance(raised.value, LeaseLostError), repr(raised.value)
+        order(pool, 2)  # the pool goes on, with another writer
+        assert db.ids() == [2]
+    finally:
+        pool.close()
+    assert transport.model.committed_records() == [b"2"]
 
 
 @pytest.mark.parametrize("connect", ["dbapi", "engine"])

@@ -8,9 +8,10 @@ from kafka2pc.errors import (
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
     DualWriteUsageError,
+    LeaseLostError,
     PoolTimeoutError,
 )
 
 __all__ = ["DualWriteIncompleteError", "DualWriteOutcomeUnknownError", "DualWriteRecoveryError", "DualWriteTransaction",
-           "DualWriteUsageError", "DualWriter", "DualWriterPool", "PoolTimeoutError", "state_table_ddl",
-           "state_table_upgrade_ddl"]
+           "DualWriteUsageError", "DualWriter", "DualWriterPool", "LeaseLostError", "PoolTimeoutError",
+           "state_table_ddl", "state_table_upgrade_ddl"]

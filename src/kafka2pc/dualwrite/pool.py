@@ -20,12 +20,14 @@ from typing import Any
 
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
+from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
+    LeaseLostError,
     PoolTimeoutError,
     ProducerFencedError,
     UsageError,
@@ -109,7 +111,8 @@ class DualWriterPool:
     def transaction(self) -> Iterator[DualWriteTransaction]:
         """A writer's ``transaction()`` (DualWriter.transaction): a free one, or a new lease, waiting up to
         ``acquire_timeout_s``. A writer found fenced (its lease taken over) or needing an operator before the block
-        began is dropped and the request goes on with another writer."""
+        began is dropped and the request goes on with another writer; one that lost its lease while the block ran
+        raises LeaseLostError (a RetriableError: both sides rolled back)."""
         if os.getpid() != self._pid:
             raise UsageError(f"the pool was made in process {self._pid}, before a fork (gunicorn --preload, "
                              "multiprocessing): make the pool in each worker process, after the fork (gunicorn's "
@@ -126,6 +129,8 @@ class DualWriterPool:
             except (ProducerFencedError, DualWriteRecoveryError) as exc:
                 self._set.drop(writer, exc)
                 writer = None
+                if started and isinstance(exc, ProducerFencedError):
+                    raise _lease_lost(exc) from exc
                 if started:
                     raise
             except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:  # the writer stays unfinished
@@ -135,6 +140,8 @@ class DualWriterPool:
             except Exception as exc:
                 if connection_broken(writer, exc):
                     writer = self._set.replace(writer)
+                    if started and StateTable.session_ended(exc):  # its idle limit: the lease
+                        raise _lease_lost(exc) from exc
                 raise
             finally:
                 if writer is not None:
@@ -166,6 +173,12 @@ class DualWriterPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _lease_lost(exc: Exception) -> LeaseLostError:
+    return LeaseLostError(f"the writer lost its lease while the block ran (its database transaction stayed open "
+                          f"longer than lease_s: Kafka slow or away, or the process frozen); both sides rolled back; "
+                          f"retry ({type(exc).__name__}: {exc})")
 
 
 def _check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None) -> None:

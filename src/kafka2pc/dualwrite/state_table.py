@@ -264,11 +264,12 @@ class StateTable:
 
     def block_ended(self) -> bool:
         """After the block raised: whether the transaction that took the savepoint has ended (rolling back to the
-        savepoint works in a transaction a failed statement aborted, and fails once it has ended)."""
+        savepoint works in a transaction a failed statement aborted, and fails once it has ended). A session the
+        database ended meanwhile (its idle limit) is not that: False."""
         try:
             self.connection.cursor().execute(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
-        except Exception:
-            return True
+        except Exception as exc:
+            return not self.session_ended(exc)
         return False
 
     @staticmethod
