@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars s3a-jars postgres lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery chaos clean
+.PHONY: setup jars s3a-jars postgres lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery chaos soak clean
 
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -91,6 +91,12 @@ chaos: jars s3a-jars
 	KAFKA2PC_FLEET_LEASE_S=15 $(PY) -m pytest -p no:logging tests/integration/test_dual_write_fleet.py $(PYTEST_ARGS)
 	KAFKA2PC_UPGRADE_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_broker_gains_2pc.py -k spark $(PYTEST_ARGS)
 	KAFKA2PC_ROLLING_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_rolling_restart.py -k spark $(PYTEST_ARGS)
+
+# The soak (issue 32): for KAFKA2PC_SOAK_MINUTES (30 here), the Spark streaming job fed without a pause, a dual-write
+# fleet of 3 processes on PostgreSQL, and a random event on the 3-node cluster every 45-90 s (a node SIGTERMed,
+# SIGKILLed or SIGSTOPped); it prints records, duplicates, gaps, pinned time, errors by group, RSS and open fds.
+soak: jars postgres
+	KAFKA2PC_SOAK_MINUTES=$${KAFKA2PC_SOAK_MINUTES:-30} $(PY) -m pytest -p no:logging -s tests/integration/test_soak.py $(PYTEST_ARGS)
 
 # kafka2pc shipped to a standalone cluster's executors in a venv-pack'ed environment (spark.archives): it builds and
 # packs an environment, so it is not part of `make test`.
