@@ -27,7 +27,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriteOutcomeUnknownError, DualWriterPool
-from kafka2pc.errors import ProducerFencedError, RetriableError
+from kafka2pc.errors import RetriableError
 
 log = logging.getLogger("orders")
 
@@ -102,8 +102,9 @@ def close_pool(**_: object) -> None:
 
 
 #: errors after which the same order is simply tried again (the id makes that safe): the broker or the database away
-#: (RetriableError includes PoolTimeoutError), a commit whose outcome is unknown, a writer whose lease was taken over
-RETRIED = (RetriableError, DualWriteOutcomeUnknownError, ProducerFencedError, psycopg.OperationalError)
+#: (RetriableError includes PoolTimeoutError, and LeaseLostError: a block that outlived its lease), a commit whose
+#: outcome is unknown
+RETRIED = (RetriableError, DualWriteOutcomeUnknownError, psycopg.OperationalError)
 
 
 @app.task(name="orders.place_order", autoretry_for=RETRIED, retry_backoff=True, max_retries=8)

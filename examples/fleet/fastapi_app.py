@@ -33,6 +33,7 @@ from kafka2pc.dualwrite import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriterPool,
+    LeaseLostError,
     PoolTimeoutError,
 )
 
@@ -134,7 +135,7 @@ def create_order(order: Order, response: Response) -> dict[str, object]:  # def:
                             headers={"Retry-After": "2"}) from None
     except PoolTimeoutError:
         raise HTTPException(503, {**answer, "status": "busy"}, headers={"Retry-After": "1"}) from None
-    except psycopg.errors.IdleInTransactionSessionTimeout:  # the block idled past lease_s: both rolled back
+    except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         raise HTTPException(503, {**answer, "status": "too slow"}, headers={"Retry-After": "1"}) from None
     return {**answer, "status": "created"}
 

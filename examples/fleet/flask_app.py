@@ -14,7 +14,7 @@ DUAL_WRITE_LEASE_S (15 s).
 
 POST /orders {"id": 7, "amount": 10}: 201 created; 409 the id exists (so a client may retry with the same id after
 any error or a lost answer); 202 committed, its event follows shortly; 503 try again (the pool is busy or not made
-yet, or the commit's outcome is unknown: retry with the same id).
+yet, the commit's outcome is unknown, or the block outlived its lease: retry with the same id).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 
-import psycopg
 import sqlalchemy as sa
 from flask import Flask, jsonify, request
 
@@ -34,6 +33,7 @@ from kafka2pc.dualwrite import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriterPool,
+    LeaseLostError,
     PoolTimeoutError,
     state_table_ddl,
 )
@@ -148,7 +148,7 @@ def create_order():  # type: ignore[no-untyped-def]
         return reply("unknown; retry with the same id", 503, retry_after=2)  # a retry gets 201 or 409
     except PoolTimeoutError:
         return reply("busy", 503, retry_after=1)
-    except psycopg.errors.IdleInTransactionSessionTimeout:  # the block idled past lease_s: both rolled back
+    except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         return reply("too slow; retry", 503, retry_after=1)
     return reply("created", 201)
 

@@ -120,6 +120,7 @@ class DualWriterPool:
         for _ in range(self.size + 2):  # each round that lends no writer drops one
             writer: DualWriter | None = self._set.lend()
             assert writer is not None
+            writer_id = writer.transactional_id
             started = False
             try:
                 with writer.transaction() as tx:
@@ -130,7 +131,7 @@ class DualWriterPool:
                 self._set.drop(writer, exc)
                 writer = None
                 if started and isinstance(exc, ProducerFencedError):
-                    raise _lease_lost(exc) from exc
+                    raise self._lease_lost(writer_id, exc) from exc
                 if started:
                     raise
             except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:  # the writer stays unfinished
@@ -141,12 +142,19 @@ class DualWriterPool:
                 if connection_broken(writer, exc):
                     writer = self._set.replace(writer)
                     if started and StateTable.session_ended(exc):  # its idle limit: the lease
-                        raise _lease_lost(exc) from exc
+                        raise self._lease_lost(writer_id, exc) from exc
                 raise
             finally:
                 if writer is not None:
                     self._set.release(writer)
         raise PoolTimeoutError(f"pool {self.prefix!r}: every writer tried was fenced or benched; retry")
+
+    def _lease_lost(self, transactional_id: str, exc: Exception) -> LeaseLostError:
+        return LeaseLostError(
+            f"{transactional_id!r}: the block kept its database transaction open for longer than "
+            f"lease_s={self.lease_s:g} s (Kafka slow or away, a slow call inside the block, or the process frozen), "
+            "so the writer lost its lease; both sides rolled back: retry. Keep slow calls out of the block; keep "
+            f"max.block.ms below lease_s, or raise lease_s ({type(exc).__name__}: {exc})")
 
     def settle_expired(self, limit: int = 10_000) -> int:
         """Claim and settle the fleet's expired leases now, up to ``limit`` (the keeper does it a few per tick);
@@ -173,12 +181,6 @@ class DualWriterPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _lease_lost(exc: Exception) -> LeaseLostError:
-    return LeaseLostError(f"the writer lost its lease while the block ran (its database transaction stayed open "
-                          f"longer than lease_s: Kafka slow or away, or the process frozen); both sides rolled back; "
-                          f"retry ({type(exc).__name__}: {exc})")
 
 
 def _check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None) -> None:
