@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from kafka2pc._core.messages import DescribeTransaction, InitProducerId
-from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool, LeaseLostError
+from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool, DualWriteUsageError, LeaseLostError
 from kafka2pc.errors import BrokerUnavailableError, RetriableError
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 from tests.model.test_dual_write_pool import Serialised
@@ -289,6 +289,38 @@ def test_a_block_that_outlives_its_lease_raises_a_retriable_error_and_the_pool_g
     finally:
         pool.close()
     assert transport.model.committed_records() == [b"2"]
+
+
+@pytest.mark.parametrize("how", ["the block exits", "the block raises", "its next statement is refused"])
+def test_a_session_limit_of_its_own_ending_what_the_application_began_after_committing_inside_is_never_retriable(
+        postgres_dsn, how):
+    """Finding (review of 3e77408): the writer's idle limit belongs to its transaction, so once the application
+    commits inside the block it is gone; a 25P03 after that comes from the session's own limit (set for the role,
+    the database or the session) and says nothing of the writer's transaction. It was read as the lease's: the
+    pool said LeaseLostError (retry) for rows the application had committed, or, when the block raised, hid the
+    usage error. Only on a session without a limit of its own is a 25P03 the lease's; otherwise nobody can tell,
+    and the pool never says retry."""
+    db = make_db(postgres_dsn)
+    limited = db.url.removesuffix("'") + " -c idle_in_transaction_session_timeout=1500'"  # its options, and this
+    pool = make_pool(lambda: psycopg.connect(limited), SlowTransport(), f"r-{uuid.uuid4().hex[:6]}")
+    try:
+        with pytest.raises(Exception) as raised, pool.transaction() as tx:
+            tx.cursor.execute("INSERT INTO orders VALUES (1)")
+            tx.connection.commit()  # the application's misuse: it commits inside the block
+            tx.cursor.execute("SELECT 1")  # a transaction of its own, under the session's limit only
+            time.sleep(2.5)  # a slow call: PostgreSQL ends the session (25P03)
+            if how == "the block raises":
+                raise ValueError("the application's own error")
+            if how == "its next statement is refused":
+                tx.cursor.execute("SELECT 2")
+        print(f"\n{how}: {type(raised.value).__name__} (retriable: {isinstance(raised.value, RetriableError)}), "
+              f"cause {type(raised.value.__cause__).__name__}; committed {db.ids()}")
+        assert db.ids() == [1]
+        assert not isinstance(raised.value, RetriableError), repr(raised.value)
+        if how == "the block raises":
+            assert isinstance(raised.value, DualWriteUsageError), repr(raised.value)
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize("connect", ["dbapi", "engine"])

@@ -20,7 +20,6 @@ from typing import Any
 
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
-from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
@@ -139,9 +138,10 @@ class DualWriterPool:
                     writer = self._set.replace(writer)  # its connection failed at commit: a new one settles it
                 raise
             except Exception as exc:
+                lost_lease = writer.ended_by_lease_limit(exc)
                 if connection_broken(writer, exc):
                     writer = self._set.replace(writer)
-                    if started and StateTable.session_ended(exc):  # its idle limit: the lease
+                    if started and lost_lease:
                         raise self._lease_lost(writer_id, exc) from exc
                 raise
             finally:

@@ -107,6 +107,8 @@ class StateTable:
         #: (a frozen or cut-off process: its row lock frees the id for a claim); None: no limit (SET LOCAL, so it
         #: holds on a reconnected session too and never outlives the transaction)
         self.idle_limit_ms: int | None = None
+        #: PostgreSQL: the session's own idle_in_transaction_session_timeout (ms), read before the first limit is set
+        self.session_idle_limit_ms: int | None = None
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
         self._table_checked = False
@@ -242,6 +244,9 @@ class StateTable:
             cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
                            (transactional_id,))
             return cursor.fetchone()
+        if self.session_idle_limit_ms is None:  # once per connection: whether a 25P03 can be another limit's
+            cursor.execute("SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'")
+            self.session_idle_limit_ms = int(cursor.fetchone()[0])
         # the transaction's idle limit set by the same statement that locks the row: no round trip more
         cursor.execute(self.sql(f"SELECT {self._columns}, set_config('idle_in_transaction_session_timeout', ?, true) "
                                 f"FROM {self.table} WHERE transactional_id = ? FOR UPDATE"),
@@ -269,13 +274,20 @@ class StateTable:
         try:
             self.connection.cursor().execute(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
         except Exception as exc:
-            return not self.session_ended(exc)
+            return not self.ended_by_own_limit(exc)
         return False
 
     @staticmethod
     def session_ended(exc: BaseException) -> bool:
         """Whether the database ended the session for a reason before any commit (SQLSTATE 25P03)."""
         return _sqlstate(exc) in _ENDED_BEFORE_COMMIT
+
+    def ended_by_own_limit(self, exc: BaseException) -> bool:
+        """Whether PostgreSQL ended the session for the limit set on the writer's transaction (its lease): a 25P03
+        on a session with no idle limit of its own. With one (set for the role, the database or the session), the
+        application may have committed inside the block and the session's limit ended the transaction it began
+        next: then nobody can tell."""
+        return self.session_ended(exc) and self.session_idle_limit_ms == 0
 
     @staticmethod
     def is_failed_transaction(exc: BaseException) -> bool:

@@ -357,6 +357,11 @@ class DualWriter:
         its transaction for a lease): the database's own error says so, not a usage error."""
         return self._table.session_ended(exc) or bool(getattr(self._db.given, "closed", False))
 
+    def ended_by_lease_limit(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is PostgreSQL ending this writer's transaction for the idle limit its lease sets (so
+        nothing of the block was committed), as opposed to any other limit."""
+        return self._lease is not None and self._table.ended_by_own_limit(exc)
+
     def _block_ended_error(self, exc: BaseException) -> DualWriteUsageError:
         return DualWriteUsageError(
                 f"{self.transactional_id!r}: the connection's transaction was committed or rolled back inside the "
