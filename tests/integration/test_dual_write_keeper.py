@@ -291,19 +291,25 @@ def test_a_block_that_outlives_its_lease_raises_a_retriable_error_and_the_pool_g
     assert transport.model.committed_records() == [b"2"]
 
 
+@pytest.mark.parametrize("limit", ["connection", "set later"])
 @pytest.mark.parametrize("how", ["the block exits", "the block raises", "its next statement is refused"])
 def test_a_session_limit_of_its_own_ending_what_the_application_began_after_committing_inside_is_never_retriable(
-        postgres_dsn, how):
+        postgres_dsn, how, limit):
     """Finding (review of 3e77408): the writer's idle limit belongs to its transaction, so once the application
     commits inside the block it is gone; a 25P03 after that comes from the session's own limit (set for the role,
     the database or the session) and says nothing of the writer's transaction. It was read as the lease's: the
     pool said LeaseLostError (retry) for rows the application had committed, or, when the block raised, hid the
     usage error. Only on a session without a limit of its own is a 25P03 the lease's; otherwise nobody can tell,
-    and the pool never says retry."""
+    and the pool never says retry. The session's limit is read as each transaction begins: one set on the connection
+    by an earlier block (or by ALTER SYSTEM and a reload) counts too (the second review: it was read once)."""
     db = make_db(postgres_dsn)
     limited = db.url.removesuffix("'") + " -c idle_in_transaction_session_timeout=1500'"  # its options, and this
-    pool = make_pool(lambda: psycopg.connect(limited), SlowTransport(), f"r-{uuid.uuid4().hex[:6]}")
+    pool = make_pool(lambda: psycopg.connect(db.url if limit == "set later" else limited), SlowTransport(),
+                     f"r-{uuid.uuid4().hex[:6]}")
     try:
+        if limit == "set later":
+            with pool.transaction() as tx:  # a block that sets a limit for the session (SET outlives its commit)
+                tx.cursor.execute("SET idle_in_transaction_session_timeout = 1500")
         with pytest.raises(Exception) as raised, pool.transaction() as tx:
             tx.cursor.execute("INSERT INTO orders VALUES (1)")
             tx.connection.commit()  # the application's misuse: it commits inside the block

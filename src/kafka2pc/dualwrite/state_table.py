@@ -107,7 +107,7 @@ class StateTable:
         #: (a frozen or cut-off process: its row lock frees the id for a claim); None: no limit (SET LOCAL, so it
         #: holds on a reconnected session too and never outlives the transaction)
         self.idle_limit_ms: int | None = None
-        #: PostgreSQL: the session's own idle_in_transaction_session_timeout (ms), read before the first limit is set
+        #: PostgreSQL: the session's own idle_in_transaction_session_timeout (ms), read as each transaction begins
         self.session_idle_limit_ms: int | None = None
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
@@ -244,15 +244,18 @@ class StateTable:
             cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
                            (transactional_id,))
             return cursor.fetchone()
-        if self.session_idle_limit_ms is None:  # once per connection: whether a 25P03 can be another limit's
-            cursor.execute("SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'")
-            self.session_idle_limit_ms = int(cursor.fetchone()[0])
-        # the transaction's idle limit set by the same statement that locks the row: no round trip more
-        cursor.execute(self.sql(f"SELECT {self._columns}, set_config('idle_in_transaction_session_timeout', ?, true) "
+        # by the statement that locks the row (no round trip more), left to right: the session's own idle limit
+        # (whether a 25P03 can be another limit's), then the transaction's
+        cursor.execute(self.sql(f"SELECT {self._columns}, (SELECT setting FROM pg_settings WHERE name = "
+                                "'idle_in_transaction_session_timeout'), "
+                                "set_config('idle_in_transaction_session_timeout', ?, true) "
                                 f"FROM {self.table} WHERE transactional_id = ? FOR UPDATE"),
                        (str(idle_limit_ms), transactional_id))
         row = cursor.fetchone()
-        return None if row is None else row[:-1]
+        if row is None:
+            return None
+        self.session_idle_limit_ms = int(row[-2])
+        return row[:-2]
 
     def limit_idle(self, cursor: Any, idle_limit_ms: int) -> None:
         """PostgreSQL: end the current transaction if its client leaves it idle for ``idle_limit_ms``."""
