@@ -31,12 +31,14 @@ def freeze(transactional_id: str) -> None:
 
 
 class Freezing(psycopg.Connection):  # type: ignore[type-arg]
-    """commit() freezes the process before or after committing, once, when armed."""
+    """commit() freezes the process before or after committing, once, when armed: on the block's own connection
+    only (armed on the class, the pool's keeper committing a lease renewal on its connection in between froze the
+    process before the block's commit)."""
 
     armed: str | None = None
 
     def commit(self) -> None:
-        point, Freezing.armed = Freezing.armed, None
+        point, self.armed = self.armed, None
         if point == "prepared":
             freeze(HELD[0])
         super().commit()
@@ -65,7 +67,7 @@ def main() -> int:
                         time.sleep(1.0)  # the send round, on the transport's thread
                         freeze(HELD[0])
                     else:
-                        Freezing.armed = point
+                        tx.connection.armed = point
             print(f"order {order} ok", flush=True)
         except Exception as exc:
             print(f"order {order} {type(exc).__name__}: {str(exc)[:200]}", flush=True)
