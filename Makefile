@@ -81,7 +81,9 @@ bench-recovery: jars
 # main job through an in-place upgrade of its broker from 3.9.2 to 4.4.0 with two-phase commit on (about 5 min; the
 # default suite turns two-phase commit on and off under the sink's writer on 4.4.0); and the Spark streaming job and
 # keyed Spark batch writes through a rolling restart of the 3-node cluster and a SIGKILL of its busiest coordinator
-# (about 3 and 2 min; the default suite puts a DualWriterPool under load through the same events).
+# (about 3 and 2 min; the default suite puts a DualWriterPool under load through the same events); and the Spark
+# streaming job with a DualWriterPool through a rolling upgrade of the 3-node cluster from 3.9.2 to 4.4.0, then
+# two-phase commit turned on node by node, then transaction.version 2 (about 8 min).
 chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)
@@ -91,6 +93,7 @@ chaos: jars s3a-jars
 	KAFKA2PC_FLEET_LEASE_S=15 $(PY) -m pytest -p no:logging tests/integration/test_dual_write_fleet.py $(PYTEST_ARGS)
 	KAFKA2PC_UPGRADE_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_broker_gains_2pc.py -k spark $(PYTEST_ARGS)
 	KAFKA2PC_ROLLING_SPARK=1 $(PY) -m pytest -p no:logging tests/integration/test_rolling_restart.py -k spark $(PYTEST_ARGS)
+	KAFKA2PC_ROLLING_UPGRADE=1 $(PY) -m pytest -p no:logging tests/integration/test_rolling_upgrade.py $(PYTEST_ARGS)
 
 # The soak (issue 32): for KAFKA2PC_SOAK_MINUTES (30 here), the Spark streaming job fed without a pause, a dual-write
 # fleet of 3 processes on PostgreSQL, and a random event on the 3-node cluster every 45-90 s (a node SIGTERMed,

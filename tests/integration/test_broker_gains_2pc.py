@@ -179,12 +179,13 @@ SPARK_JOB = Path(__file__).resolve().parents[2] / "examples" / "spark_job.py"
 
 class TransactionWatch:
     """Every transaction open under a sink's prefix, described while it is open (polled on a client of its own):
-    ``(start time in s since the epoch, id, TransactionTimeoutMs)`` per transaction (id, producer id, epoch)."""
+    ``(start time in s since the epoch, id, TransactionTimeoutMs)`` per transaction (id, producer id, epoch).
+    ``grammar_of(prefix)`` says which ids are watched (``.owns(id)``): the sink's grammar by default."""
 
-    def __init__(self, kafka, prefix_of):
+    def __init__(self, kafka, prefix_of, grammar_of=None):
         from kafka2pc.sink.integration import TransactionalIdGrammar  # noqa: PLC0415
 
-        self._grammar_of = TransactionalIdGrammar
+        self._grammar_of = grammar_of or TransactionalIdGrammar
         self._kafka, self._prefix_of = kafka, prefix_of
         self.seen: dict[tuple[str, int, int], tuple[float, str, int]] = {}
         self.stop = threading.Event()
