@@ -20,6 +20,10 @@ from kafka2pc.config.librdkafka import librdkafka_settings
 from kafka2pc.errors import AuditError, Kafka2pcError
 
 _LIBRDKAFKA_LOG = logging.getLogger("kafka2pc.audit.librdkafka")
+#: Kafka error codes a partition answers with while its leadership moves (OFFSET_NOT_AVAILABLE, LEADER_NOT_AVAILABLE,
+#: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH): ListOffsets is asked again after _ASK_AGAIN_S
+_LEADER_CHANGING = frozenset({78, 5, 6, 74, 75})
+_ASK_AGAIN_S = 0.2
 
 
 def librdkafka_config(settings: Mapping[str, object]) -> dict[str, Any]:
@@ -82,9 +86,21 @@ class _TopicReader:
         return tuple(sorted(meta.partitions))
 
     def _watermarks(self, consumer: Any, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
-        return {p: tuple(consumer.get_watermark_offsets(self._confluent.TopicPartition(self.topic, p), cached=False,
-                                                        timeout=self._wait_s("ListOffsets")))
-                for p in partitions}
+        return {p: self._watermark(consumer, p) for p in partitions}
+
+    def _watermark(self, consumer: Any, partition: int) -> tuple[int, int]:
+        """One partition's (low, high). An answer of a partition changing leader (a new leader whose high watermark
+        is not caught up yet: OFFSET_NOT_AVAILABLE, a leader not known yet) is asked again, up to the --timeout."""
+        tp = self._confluent.TopicPartition(self.topic, partition)
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(tp, cached=False, timeout=self._wait_s("ListOffsets"))
+                return low, high
+            except self._confluent.KafkaException as exc:
+                code = getattr(exc.args[0], "code", lambda: None)() if exc.args else None
+                if code not in _LEADER_CHANGING or time.monotonic() + _ASK_AGAIN_S >= self.deadline:
+                    raise
+            time.sleep(_ASK_AGAIN_S)
 
     def settled_offsets(self, settle_s: float) -> EndOffsets:
         """End offsets after waiting up to ``settle_s`` for the LSO to reach the high watermark everywhere (a commit

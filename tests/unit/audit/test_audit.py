@@ -241,6 +241,47 @@ def test_reading_is_bounded_by_the_timeout(monkeypatch):
     assert time.monotonic() - started < 2
 
 
+class _LeaderChanging(_FakeConfluent):
+    """A partition whose new leader's high watermark is not caught up yet, for its first two ListOffsets."""
+
+    class KafkaError:
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+    class Consumer(_FakeConfluent.Consumer):
+        refused = 0
+
+        def get_watermark_offsets(self, tp, cached, timeout):
+            if _LeaderChanging.Consumer.refused < 2:
+                _LeaderChanging.Consumer.refused += 1
+                raise _LeaderChanging.KafkaException(_LeaderChanging.KafkaError(78))  # OFFSET_NOT_AVAILABLE
+            return (0, 0)
+
+
+def test_offsets_are_asked_again_while_a_partition_changes_leader(monkeypatch):
+    """Found by make chaos (the rolling restart): ListOffsets right after a leader came back answered
+    OFFSET_NOT_AVAILABLE ('Leader high watermark is not caught up') and the audit ended in AuditError."""
+    monkeypatch.setitem(sys.modules, "confluent_kafka", _LeaderChanging)
+    report = audit_topic({"bootstrap.servers": "127.0.0.1:9092"}, "t", RecordDecoder(id_field="id"), timeout_s=5)
+    assert _LeaderChanging.Consumer.refused == 2 and report.records == 0
+
+
+def test_an_error_that_is_not_a_leader_change_is_not_asked_again(monkeypatch):
+    class Broken(_LeaderChanging):
+        class Consumer(_FakeConfluent.Consumer):
+            def get_watermark_offsets(self, tp, cached, timeout):
+                raise Broken.KafkaException(Broken.KafkaError(29))  # TOPIC_AUTHORIZATION_FAILED
+
+    monkeypatch.setitem(sys.modules, "confluent_kafka", Broken)
+    started = time.monotonic()
+    with pytest.raises(AuditError):
+        audit_topic({"bootstrap.servers": "127.0.0.1:9092"}, "t", RecordDecoder(id_field="id"), timeout_s=5)
+    assert time.monotonic() - started < 1
+
+
 def test_without_confluent_kafka_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)
     with pytest.raises(AuditError, match=r"pip install kafka2pc\[audit\]"):
