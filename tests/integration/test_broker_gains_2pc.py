@@ -239,7 +239,7 @@ def test_a_spark_job_switches_to_two_phase_commit_through_an_in_place_upgrade(ka
     try:
         driver.wait_for_line(r"^batch \d+:", timeout_s=240)
         watch.thread.start()
-        time.sleep(10)
+        time.sleep(25)  # transactions on 3.9.2 for the watch to see: those begun 15 s or more before it is back
         kafka.restart_with(BrokerSettings(version="4.4.0", two_phase_commit=True))  # in place: same log directory
         back = time.time()
         deadline = time.monotonic() + 90
