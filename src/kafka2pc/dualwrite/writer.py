@@ -190,14 +190,9 @@ class DualWriter:
             if plan.commit is not None:
                 self._commit_stored(control, plan.commit, unknown_means_committed=plan.unknown_means_committed)
             self._producer.init_transactions()
-        except ProducerFencedError:
-            self._end_failed_recovery(keep_lease=False)
-            raise
-        except Exception:
-            self._end_failed_recovery(keep_lease=keep_lease)
-            raise
-        except BaseException:
-            self._end_failed_recovery(keep_lease=False)
+        except BaseException as exc:  # a fence, or an interrupt, never keeps the lease
+            self._end_failed_recovery(keep_lease=keep_lease and isinstance(exc, Exception)
+                                      and not isinstance(exc, ProducerFencedError))
             raise
         try:
             self._decided_at = _now()
