@@ -84,6 +84,7 @@ bench-recovery: jars
 # (about 3 and 2 min; the default suite puts a DualWriterPool under load through the same events); and the Spark
 # streaming job with a DualWriterPool through a rolling upgrade of the 3-node cluster from 3.9.2 to 4.4.0, then
 # two-phase commit turned on node by node, then transaction.version 2 (about 8 min).
+# The harness's own tests of process clean-up, node restarts and kept logs are marked slow and run here too.
 chaos: jars s3a-jars
 	KAFKA2PC_MODEL_EXAMPLES=50000 $(PY) -m pytest -m "slow or model" -p no:logging $(PYTEST_ARGS)
 	KAFKA2PC_SPARK_KILLS=30 $(PY) -m pytest -p no:logging tests/integration/test_spark_kills.py $(PYTEST_ARGS)

@@ -19,6 +19,8 @@ def test_uses_a_broker_and_fails(kafka_factory):
 """
 
 
+# the harness's own behaviour, not kafka2pc's: make chaos runs it (-m slow), out of the default suite's time budget
+@pytest.mark.slow
 def test_failed_test_keeps_broker_logs(pytester, monkeypatch, tmp_path):
     if choose_backend() != "local":
         pytest.skip("log keeping is a local-backend feature")

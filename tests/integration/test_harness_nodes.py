@@ -9,6 +9,8 @@ from tests.integration.txn_helpers import produce_all, transactional_producer
 pytestmark = pytest.mark.integration
 
 
+# the harness's own behaviour, not kafka2pc's: make chaos runs it (-m slow), out of the default suite's time budget
+@pytest.mark.slow
 def test_restarted_node_keeps_committed_data(kafka_3node, topic_factory):
     topic = topic_factory(kafka_3node, partitions=1, replication_factor=3)
     producer = transactional_producer(kafka_3node.bootstrap_servers, acks="all")
