@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars s3a-jars postgres lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery chaos soak clean
+.PHONY: setup jars s3a-jars postgres lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery profile-dual-write chaos soak clean
 
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -63,6 +63,11 @@ bench-spark: jars
 # (commit 4018cfd, extracted by git archive). BENCH_ARGS="--sections fleet" runs only the fleet.
 bench-dual-write: jars postgres
 	$(PY) benchmarks/dual_write.py $(BENCH_ARGS)
+
+# Where a dual write's CPU goes: 3000 dual writes over 8 threads on PostgreSQL, CPU per transaction, and py-spy's
+# profile of the GIL-held time after the warm-up (docs/performance.md).
+profile-dual-write: jars postgres
+	$(PY) benchmarks/profile_dual_write.py --py-spy profile-dual-write.txt $(BENCH_ARGS)
 
 # 1000 simulated DualWriterPools (leases only, no Kafka) on one PostgreSQL server: lease operations/s, query latency,
 # the server's CPU, and how fast live pools take over the ids of 100 that die midway (about 90 s).
