@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+from dual_write import postgres  # benchmarks/ is the script's folder: on sys.path
 
 from kafka2pc.dualwrite import DualWriterPool
 from kafka2pc.testing.provider import bootstrap_or_local
@@ -102,7 +103,7 @@ def main() -> None:
     parser.add_argument("--bootstrap")
     parser.add_argument("--postgres")
     args = parser.parse_args()
-    with bootstrap_or_local(args.bootstrap) as bootstrap, _postgres(args.postgres) as dsn:
+    with bootstrap_or_local(args.bootstrap) as bootstrap, postgres(args.postgres) as dsn:
         topic = create_topic(bootstrap, partitions=3)
         table = f"orders_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(dsn, autocommit=True) as setup:
@@ -144,17 +145,6 @@ def main() -> None:
               f"{' (py-spy sampling)' if args.py_spy else ''}")
         if args.py_spy:
             print(summarize(args.py_spy, args.top))
-
-
-@contextlib.contextmanager
-def _postgres(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    from kafka2pc_harness.postgres import postgres_dsn  # noqa: PLC0415 - the harness, only without --postgres
-
-    with postgres_dsn() as started:
-        yield started
 
 
 if __name__ == "__main__":
