@@ -203,21 +203,16 @@ class OpenTransactions:
         if known is not None:
             self._changed(prefix)
 
-    def retain(self, prefix: str, path: str, transactional_ids: Collection[str],
-               since: Callable[[str], float | None]) -> None:
+    def retain(self, prefix: str, path: str, transactional_ids: Collection[str]) -> None:
         """A listing showed that of ``prefix``'s ids on ``path``, ``transactional_ids`` are the open ones this
-        process answers for: forget every other, and add those not known yet (``since(id)``: its start)."""
+        process answers for: forget every other, and count those not known yet from now."""
+        now = self._clock()
         with self._lock:
             known = self._open.setdefault((prefix, path), {})
             for gone in set(known) - set(transactional_ids):
                 del known[gone]
-            new = [txn_id for txn_id in transactional_ids if txn_id not in known]
-        starts = {txn_id: since(txn_id) for txn_id in new}
-        now = self._clock()
-        with self._lock:
-            known = self._open.setdefault((prefix, path), {})
-            for txn_id, started in starts.items():
-                known.setdefault(txn_id, now if started is None else started)
+            for txn_id in transactional_ids:
+                known.setdefault(txn_id, now)
         self._changed(prefix)
 
     def oldest(self, prefix: str) -> float:

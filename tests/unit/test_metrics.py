@@ -64,10 +64,12 @@ def test_a_listing_replaces_what_the_process_counts_for_its_prefix_and_path_only
     open_.opened("p", "sink", "p-0-0", since=clock.now - 50)   # settled elsewhere meanwhile
     open_.opened("p", "sink", "p-1-0", since=clock.now - 20)   # still open: keeps its start
     open_.opened("p", "dual_write", "p-7", since=clock.now - 9)  # another engine's id under the same prefix
-    open_.retain("p", "sink", ["p-1-0", "p-2-0"], since=lambda txn_id: clock.now - 40 if txn_id == "p-2-0" else 0.0)
-    assert scraped(registry, "p") == 40
-    open_.retain("p", "sink", [], since=lambda _: None)
-    assert scraped(registry, "p") == 9
+    open_.retain("p", "sink", ["p-1-0", "p-2-0"])  # p-2-0 not known yet: counted from now
+    assert scraped(registry, "p") == 20
+    clock.now += 25
+    assert scraped(registry, "p") == 45
+    open_.retain("p", "sink", [])
+    assert scraped(registry, "p") == 34  # p-7's 9 s, and 25 more
 
 
 def test_a_clock_behind_the_brokers_never_gives_a_negative_age():

@@ -90,7 +90,7 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
     # counted from now, not from DescribeTransactions' start time: a look per id, one after another, on the path of
     # every recovery and cleanup (each with the whole resend budget when the coordinator is silent) costs more than
     # the gauge is worth; an id already counted keeps its start
-    metrics.OPEN_TRANSACTIONS.retain(grammar.prefix, metrics.SINK, left_open, lambda txn_id: None)
+    metrics.OPEN_TRANSACTIONS.retain(grammar.prefix, metrics.SINK, left_open)
     if failures:
         raise failures[0]
     return aborted
