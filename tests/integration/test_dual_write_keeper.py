@@ -14,7 +14,13 @@ import psycopg
 import pytest
 
 from kafka2pc._core.messages import DescribeTransaction, InitProducerId
-from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriterPool, DualWriteUsageError, LeaseLostError
+from kafka2pc.dualwrite import (
+    DualWriteIncompleteError,
+    DualWriter,
+    DualWriterPool,
+    DualWriteUsageError,
+    LeaseLostError,
+)
 from kafka2pc.errors import BrokerUnavailableError, RetriableError
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 from tests.model.test_dual_write_pool import Serialised
@@ -327,6 +333,29 @@ def test_a_session_limit_of_its_own_ending_what_the_application_began_after_comm
             assert isinstance(raised.value, DualWriteUsageError), repr(raised.value)
     finally:
         pool.close()
+
+
+def test_a_plain_writer_whose_session_limit_ended_the_block_says_so_beside_the_usage_error(postgres_dsn):
+    """Leftover of issue 32: a plain DualWriter (no lease, so the session's own limit is not read) on a session with
+    idle_in_transaction_session_timeout set. The block waits longer than that and raises: rolling back to the block's
+    savepoint then fails, as it does after the application committed inside the block, so the error is
+    DualWriteUsageError. It said only "the application committed or rolled back", which it had not: it now names the
+    session ended by the database as the other reading (nothing of the block committed)."""
+    db = make_db(postgres_dsn)
+    connection = psycopg.connect(db.url.removesuffix("'") + " -c idle_in_transaction_session_timeout=1000'")
+    writer = DualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": f"s-{uuid.uuid4().hex[:6]}",
+                                     "linger.ms": 0}, transport=SlowTransport())
+    try:
+        with pytest.raises(DualWriteUsageError) as raised, writer.transaction() as tx:
+            tx.cursor.execute("INSERT INTO orders VALUES (1)")
+            time.sleep(2.0)  # a slow call: PostgreSQL ends the session (25P03)
+            raise ValueError("the application's own error")
+        print(f"\n{raised.value}")
+        assert "the database ended the session while the block ran" in str(raised.value)
+        assert db.ids() == []
+    finally:
+        writer.close()
+        connection.close()
 
 
 @pytest.mark.parametrize("connect", ["dbapi", "engine"])

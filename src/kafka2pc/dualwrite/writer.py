@@ -293,7 +293,7 @@ class DualWriter:
                      and table.block_ended())
             self._roll_back_both()
             if ended:
-                raise self._block_ended_error(exc) from exc
+                raise self._block_ended_error(exc, session_gone=self._session_lost(exc)) from exc
             raise
         except BaseException:
             self._roll_back_both()
@@ -357,12 +357,19 @@ class DualWriter:
         nothing of the block was committed), as opposed to any other limit."""
         return self._lease is not None and self._table.ended_by_own_limit(exc)
 
-    def _block_ended_error(self, exc: BaseException) -> DualWriteUsageError:
+    def _block_ended_error(self, exc: BaseException, *, session_gone: bool = False) -> DualWriteUsageError:
+        # a session the database ended (its own idle_in_transaction_session_timeout, a restart, a pooler) also ends
+        # the transaction that took the savepoint, and the block's rows went with it unless the application had
+        # committed them inside: from here the two cannot be told apart, and only the second splits
+        gone = (" Or the database ended the session while the block ran (the session's own "
+                "idle_in_transaction_session_timeout during a long wait, a restart, a pooler): then nothing of the "
+                "block was committed, but the two cannot be told apart from here."
+                if session_gone else "")
         return DualWriteUsageError(
                 f"{self.transactional_id!r}: the connection's transaction was committed or rolled back inside the "
                 "transaction() block (by the application, a helper or an ORM). Kafka's transaction is aborted and "
                 "the database's open work rolled back; rows committed inside the block before that stay committed "
-                f"without their events. Let the block commit ({exc!r})")
+                f"without their events. Let the block commit.{gone} ({exc!r})")
 
     def _mark_completed(self) -> None:
         """Record in the row, in a DB transaction of its own, that its transaction completed (this writer's only)."""
