@@ -5,10 +5,10 @@ pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc_harness.pytest_plu
 #: Seconds each of the default suite's longest files takes (the files over ~8 s; from a ``--durations=0`` run). They
 #: are dealt out so that every xdist worker starts with its share of them.
 LONG_FILES = {
-    "test_spark_foreach_batch.py": 208, "test_dual_write.py": 133, "test_storage_outages.py": 121,
+    "test_spark_foreach_batch.py": 90, "test_dual_write.py": 133, "test_storage_outages.py": 79,
     "test_spark_harness.py": 35, "test_faults.py": 96, "test_spark_cluster_sink.py": 88,
-    "test_spark_batch_kills.py": 79, "test_spark_sink.py": 77, "test_spark_kills.py": 74,
-    "test_cluster_failover.py": 73, "test_dual_write_fleet.py": 69, "test_secrets.py": 53,
+    "test_spark_batch_kills.py": 133, "test_spark_sink.py": 124, "test_spark_kills.py": 74,
+    "test_cluster_failover.py": 73, "test_dual_write_fleet.py": 69, "test_secrets.py": 34,
     "test_producer_timeouts.py": 51, "test_sink_recovery.py": 45, "test_spark_connect.py": 44,
     "test_model_based.py": 43, "test_remote_checkpoints.py": 40, "test_broker_gains_2pc.py": 33,
     "test_producer.py": 31, "test_secured_kafka.py": 29, "test_dual_write_keeper.py": 28,
@@ -16,7 +16,7 @@ LONG_FILES = {
     "test_dual_write_zombies.py": 17, "test_dual_write_leases.py": 11,
     "test_wheel.py": 11, "test_s3_conditional_answers.py": 11, "test_sink_reproduced.py": 10, "test_cli_audit.py": 10,
     "test_cli_txns.py": 10, "test_dual_write_connections.py": 9, "test_fleet_frameworks.py": 9, "test_cli_fleet.py": 9,
-    "test_topic_and_acl_changes.py": 36, "test_transaction_version_upgrade.py": 27, "test_rolling_restart.py": 75,
+    "test_topic_and_acl_changes.py": 36, "test_transaction_version_upgrade.py": 27, "test_rolling_restart.py": 102,
     "test_operator_metrics.py": 8,
 }
 
