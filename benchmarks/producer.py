@@ -7,7 +7,8 @@ transactions of 10 000 records.
 Without --bootstrap a local Apache Kafka broker is started (kafka2pc.testing). Each contender runs ``--rounds``
 times, interleaved, and the median throughput is reported with its min-max and its ratio to confluent-kafka's
 ``produce``. The like-for-like pairs are then compared: batch API against batch API (kafka2pc ``produce_batch``,
-confluent-kafka ``produce_batch``) and per record against per record (both ``produce``).
+confluent-kafka ``produce_batch``) and per record against per record (both ``produce``). Beside each figure: the
+process's CPU (user + system, every thread) per record, and its ratio for each pair.
 """
 
 from __future__ import annotations
@@ -138,20 +139,22 @@ PAIRS = {
 }
 
 
-def _report(results: dict[str, list[float]]) -> None:
+def _report(results: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
     baseline = statistics.median(results[BASELINE]) if BASELINE in results else None
-    print("\nmedian of rounds (min-max):")
+    print("\nmedian of rounds (min-max); CPU: the process's user + system time per record, median of rounds:")
     for name, rates in results.items():
         median = statistics.median(rates)
         ratio = f"{median / baseline:5.2f}x {BASELINE}" if baseline else ""
         spread = f"({min(rates):,.0f}-{max(rates):,.0f})"
-        print(f"  {name:32s} {median:>10,.0f} records/s  {spread:23s} {ratio}")
+        print(f"  {name:32s} {median:>10,.0f} records/s  {spread:23s} CPU {statistics.median(cpu[name]):5.2f} "
+              f"us/record  {ratio}")
     for pair, (ours, theirs) in PAIRS.items():
         if ours in results and theirs in results:
             per_round = [a / b for a, b in zip(results[ours], results[theirs], strict=True)]
             of_medians = statistics.median(results[ours]) / statistics.median(results[theirs])
+            cpu_ratio = statistics.median(cpu[ours]) / statistics.median(cpu[theirs])
             print(f"{pair + ':':11s} kafka2pc/confluent = {of_medians:.2f}x  (medians; per round "
-                  f"{min(per_round):.2f}x-{max(per_round):.2f}x)")
+                  f"{min(per_round):.2f}x-{max(per_round):.2f}x); CPU per record {cpu_ratio:.2f}x")
 
 
 def main() -> int:
@@ -171,14 +174,17 @@ def main() -> int:
         contenders = {name: fn for name, fn in CONTENDERS.items()
                       if not any(name.startswith(skip) for skip in args.skip)}
         results: dict[str, list[float]] = {name: [] for name in contenders}
+        cpu: dict[str, list[float]] = {name: [] for name in contenders}
         print(f"{records} records of {VALUE_SIZE} B per run, {args.transactions} transactions of "
               f"{RECORDS_PER_TXN}, {args.rounds} rounds, broker {bootstrap}", flush=True)
         for round_no in range(1 - args.warmup, args.rounds + 1):
             for name, run in contenders.items():
                 topic = create_topic(bootstrap)
-                started = time.perf_counter()
+                started, cpu_before = time.perf_counter(), os.times()
                 run(bootstrap, topic, args.transactions, values)
-                elapsed = time.perf_counter() - started
+                elapsed, cpu_after = time.perf_counter() - started, os.times()
+                # the process's CPU, every thread (librdkafka's and kafka-python's IO threads too) over the records
+                cpu_us = 1e6 * ((cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)) / records
                 written = sum(end_offsets(bootstrap, topic, isolation="read_uncommitted").values())
                 # each transaction adds one commit marker to the log
                 if written != records + args.transactions:
@@ -188,8 +194,10 @@ def main() -> int:
                 label = f"round {round_no}" if round_no > 0 else "warm-up"
                 if round_no > 0:
                     results[name].append(records / elapsed)
-                print(f"  {label}: {name:32s} {records / elapsed:>10,.0f} records/s", flush=True)
-        _report(results)
+                    cpu[name].append(cpu_us)
+                print(f"  {label}: {name:32s} {records / elapsed:>10,.0f} records/s  CPU {cpu_us:5.2f} us/record",
+                      flush=True)
+        _report(results, cpu)
     return 0
 
 
