@@ -24,7 +24,8 @@ to the last one's end), after a warm-up burst, ``--fleet-rounds`` rounds of one 
 - 4 processes x 4 threads (16 in all), one prefix.
 
 tx/s: the median burst, and the slowest and fastest; p50/p99 over every transaction; client CPU ms per transaction
-(the worker processes' user + system time during the bursts, median burst).
+(the worker processes' user + system time during the bursts, median burst). The tables above print the same for
+each contender: this process's CPU per transaction, median of the counted rounds.
 
     python benchmarks/dual_write.py [--bootstrap HOST:PORT] [--postgres DSN] [--transactions 400] [--rounds 2]
                                     [--writers 1,2,4,8] [--sections sqlite,postgres,fleet] [--fleet-rounds 20]
@@ -71,8 +72,11 @@ class Database:
         self.name, self.connect, self.p = name, connect, placeholder
 
 
-def measure(workers: list[Transaction], transactions: int, ids: Iterator[int]) -> tuple[float, list[float]]:
-    """Run ``transactions`` spread over one thread per worker; the rate from a common start to the last end."""
+def measure(workers: list[Transaction], transactions: int,
+            ids: Iterator[int]) -> tuple[float, list[float], float]:
+    """Run ``transactions`` spread over one thread per worker: the rate from a common start to the last end, the
+    latencies, and the process's CPU (user + system, every thread: librdkafka's and kafka-python's too) in ms per
+    transaction."""
     share = transactions // len(workers)
     latencies: list[list[float]] = [[] for _ in workers]
     orders = [[next(ids) for _ in range(share)] for _ in workers]
@@ -90,10 +94,12 @@ def measure(workers: list[Transaction], transactions: int, ids: Iterator[int]) -
     for thread in threads:
         thread.start()
     start.wait()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), os.times()
     for thread in threads:
         thread.join()
-    return share * len(workers) / (time.perf_counter() - began), [x for mine in latencies for x in mine]
+    elapsed, after, done = time.perf_counter() - began, os.times(), share * len(workers)
+    cpu_ms = 1000 * ((after.user - cpu.user) + (after.system - cpu.system)) / done
+    return done / elapsed, [x for mine in latencies for x in mine], cpu_ms
 
 
 def db_only(db: Database) -> Transaction:
@@ -150,7 +156,7 @@ def run(db: Database, bootstrap: str, *, writer_counts: list[int], transactions:
     ids = itertools.count()
     print(f"\n{db.name}: {transactions} transactions per figure, best of {rounds} rounds after a warm-up")
     print(f"  {'contender':30s} {'writers':>7s} {'tx/s':>8s} {'x Kafka only':>12s} {'x 1 writer':>10s} "
-          f"{'p50 ms':>8s} {'p99 ms':>8s}")
+          f"{'p50 ms':>8s} {'p99 ms':>8s} {'CPU ms/tx':>9s}")
     single: dict[str, float] = {}
     for count in writer_counts:
         connections: list[Any] = []
@@ -167,24 +173,24 @@ def run(db: Database, bootstrap: str, *, writer_counts: list[int], transactions:
             "Kafka only (confluent txn)": [kafka_only(bootstrap, topic) for _ in range(count)],
             "dual write (DualWriterPool)": [dual_write(pool, db, topic) for _ in range(count)],
         }
-        figures: dict[str, tuple[float, list[float]]] = {}
+        figures: dict[str, tuple[float, list[float], list[float]]] = {}
         for round_ in range(rounds + 1):
             for name, workers in contenders.items():
-                rate, latencies = measure(workers, transactions, ids)
+                rate, latencies, cpu_ms = measure(workers, transactions, ids)
                 if round_ == 0:
                     continue
-                best, kept = figures.get(name, (0.0, []))
-                figures[name] = (max(best, rate), kept + latencies)
+                best, kept, cpus = figures.get(name, (0.0, [], []))
+                figures[name] = (max(best, rate), kept + latencies, [*cpus, cpu_ms])
         pool.close()
         for connection in connections:
             connection.close()
         kafka_rate = figures["Kafka only (confluent txn)"][0]
-        for name, (rate, latencies) in figures.items():
+        for name, (rate, latencies, cpus) in figures.items():
             single.setdefault(name, rate)
             ordered = sorted(latencies)
             p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
             print(f"  {name:30s} {count:7d} {rate:8.0f} {rate / kafka_rate:12.2f} {rate / single[name]:10.2f} "
-                  f"{1000 * statistics.median(latencies):8.2f} {1000 * p99:8.2f}")
+                  f"{1000 * statistics.median(latencies):8.2f} {1000 * p99:8.2f} {statistics.median(cpus):9.2f}")
     setup.close()
 
 
