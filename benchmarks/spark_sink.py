@@ -4,7 +4,8 @@
    by ``df.write.format("kafka")`` (Spark's sink, at-least-once), ``df.write.format("kafka2pc")`` (exactly-once) and
    a Python Arrow sink that writes nowhere (``noop_arrow``: what any pyspark Python sink costs at least),
    ``--rounds`` times each, interleaved; median rows/s and the ratios; and the fixed cost of a write: the same three
-   writing an 8-row DataFrame (one row per partition), median ms;
+   writing an 8-row DataFrame (one row per partition), median ms. Beside each, the CPU it took (user + system of
+   this process, Spark's JVM and its Python workers: CPU us per row, CPU ms per 8-row write);
 2. the driver's two-phase-commit time per micro-batch at 8 partitions: a streaming query (rate-micro-batch, 8
    partitions) into kafka2pc for ``--batches`` batches, its driver logging each commit (``KAFKA2PC_LOG_LEVEL=INFO``):
    the check that the 8 offered transactions are still open (DescribeTransactions), the decision record, the
@@ -48,9 +49,10 @@ COMMIT_LINE = re.compile(r"batch (\d+): committed (\d+) transaction\(s\); check 
                          r"complete ([\d.]+) ms, cleanup ([\d.]+) ms(?:; (\d+) of (\d+) task)?")
 
 
-def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path,
-               fixed: dict[str, list[float]]) -> dict[str, list[float]]:
-    """rows/s of each sink, per round; ``fixed`` gets the ms of each sink's 8-row writes."""
+def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path, *, fixed: dict[str, list[float]],
+               cpu: dict[str, list[float]], fixed_cpu: dict[str, list[float]]) -> dict[str, list[float]]:
+    """rows/s of each sink, per round; ``fixed`` gets the ms of each sink's 8-row writes; ``cpu`` the CPU us per row
+    of each round's write, ``fixed_cpu`` the CPU ms of each 8-row write."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     from kafka2pc_harness.noop_sink import NoopArrowSink  # noqa: PLC0415
@@ -73,15 +75,18 @@ def throughput(bootstrap: str, rows: int, rounds: int, workdir: Path,
             for name, rates in results.items():
                 # one checkpoint location for every write of a sink, as a job that appends again and again has (the
                 # ids of a location come back: its Python workers' cached producers can go on)
-                elapsed = timed_write(df, name, bootstrap, workdir / "ck-throughput", rows)
+                elapsed, cpu_s = timed_write(df, name, bootstrap, workdir / "ck-throughput", rows)
                 if round_number >= 0:
                     rates.append(rows / elapsed)
+                    cpu[name].append(1e6 * cpu_s / rows)
                 label = f"round {round_number + 1}" if round_number >= 0 else "warm-up"
-                print(f"  {label}: {name:34s} {rows / elapsed:>10,.0f} rows/s", flush=True)
+                print(f"  {label}: {name:34s} {rows / elapsed:>10,.0f} rows/s  CPU {1e6 * cpu_s / rows:6.2f} us/row",
+                      flush=True)
         for _ in range(FIXED_COST_WRITES):
             for name in SINKS:
-                fixed[name].append(1000 * timed_write(tiny, name, bootstrap, workdir / "ck-tiny",
-                                                      PARTITIONS))
+                elapsed, cpu_s = timed_write(tiny, name, bootstrap, workdir / "ck-tiny", PARTITIONS)
+                fixed[name].append(1000 * elapsed)
+                fixed_cpu[name].append(1000 * cpu_s)
         return results
     finally:
         stop_session(spark)
@@ -91,8 +96,40 @@ SINKS = ("spark kafka sink (at-least-once)", "kafka2pc (exactly-once)", "noop_ar
 FIXED_COST_WRITES = 7
 
 
-def timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int) -> float:
-    """Seconds ``df.write`` takes into a fresh topic with sink ``name`` (all its rows written, checked). A write that
+def spark_cpu_s() -> float:
+    """CPU seconds so far (user + system) of this process's own threads and of Spark's JVM with every process below
+    it (pyspark's daemon and Python workers; exited ones through their parent's reaped-children times), from /proc.
+    The broker, also a child of this process when the benchmark starts it, is not counted."""
+    from pyspark import SparkContext  # noqa: PLC0415
+
+    own = os.times()
+    proc = getattr(SparkContext._gateway, "proc", None)  # pyspark keeps the JVM's Popen only there
+    return own.user + own.system + (_tree_cpu_s(proc.pid) if proc is not None else 0.0)
+
+
+def _tree_cpu_s(root: int) -> float:
+    ticks, below, spent = os.sysconf("SC_CLK_TCK"), dict[int, list[int]](), dict[int, float]()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # from the state on: ppid, ..., utime stime cutime cstime
+        below.setdefault(int(fields[1]), []).append(int(entry))
+        spent[int(entry)] = sum(map(int, fields[11:15])) / ticks
+    total, pending = 0.0, [root]
+    while pending:  # bounded: each pid of the process table once
+        pid = pending.pop()
+        total += spent.get(pid, 0.0)
+        pending.extend(below.get(pid, []))
+    return total
+
+
+def timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int) -> tuple[float, float]:
+    """Seconds ``df.write`` takes into a fresh topic with sink ``name`` (all its rows written, checked), and the CPU
+    seconds it took (:func:`spark_cpu_s`). A write that
     fails (seen once with Spark's own sink: NOT_LEADER_OR_FOLLOWER, then OUT_OF_ORDER_SEQUENCE_NUMBER on a new
     topic) is reported and run once more on a fresh topic; a second failure ends the benchmark."""
     try:
@@ -103,22 +140,22 @@ def timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int)
         return _timed_write(df, name, bootstrap, checkpoint.with_name(checkpoint.name + "-again"), rows)
 
 
-def _timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int) -> float:
+def _timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int) -> tuple[float, float]:
     if name.startswith("noop"):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), spark_cpu_s()
         df.write.mode("append").format("noop_arrow").save()
-        return time.perf_counter() - started
+        return time.perf_counter() - started, spark_cpu_s() - cpu
     topic = create_topic(bootstrap, partitions=PARTITIONS)
     writer = df.write.mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     if name.startswith("kafka2pc"):
         writer = writer.format("kafka2pc").option("checkpointLocation", str(checkpoint))
     else:
         writer = writer.format("kafka")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), spark_cpu_s()
     writer.save()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, spark_cpu_s() - cpu
     check_written(name, bootstrap, topic, rows)
-    return elapsed
+    return elapsed, cpu
 
 
 def check_written(name: str, bootstrap: str, topic: str, rows: int) -> None:
@@ -377,18 +414,22 @@ def main() -> int:
         print(f"broker {bootstrap}; {os.cpu_count()} CPUs; Spark local[2], spark.python.worker.reuse="
               f"{worker_reuse()}; {args.rows:,} rows in {PARTITIONS} partitions, {args.rounds} rounds", flush=True)
         fixed: dict[str, list[float]] = {name: [] for name in SINKS}
-        results = throughput(bootstrap, args.rows, args.rounds, Path(work), fixed)
+        cpu: dict[str, list[float]] = {name: [] for name in SINKS}
+        fixed_cpu: dict[str, list[float]] = {name: [] for name in SINKS}
+        results = throughput(bootstrap, args.rows, args.rounds, Path(work), fixed=fixed, cpu=cpu, fixed_cpu=fixed_cpu)
         medians = {name: statistics.median(values) for name, values in results.items()}
-        print("\nthroughput (median of rounds, min-max):")
+        print("\nthroughput (median of rounds, min-max); CPU: this process, Spark's JVM and its Python workers, "
+              "user + system per row (median of rounds):")
         for name, values in results.items():
-            print(f"  {name:34s} {medians[name]:>10,.0f} rows/s  ({min(values):,.0f}-{max(values):,.0f})")
+            print(f"  {name:34s} {medians[name]:>10,.0f} rows/s  ({min(values):,.0f}-{max(values):,.0f})  "
+                  f"CPU {statistics.median(cpu[name]):6.2f} us/row")
         spark_sink, ours, floor = medians.values()
         print(f"  kafka2pc / Spark's Kafka sink: {ours / spark_sink:.2f}x (goal >= 1.0x); a Python sink that writes "
               f"nowhere / Spark's Kafka sink: {floor / spark_sink:.2f}x")
         print(f"\nfixed cost of a write ({PARTITIONS} rows, one per partition; median of {FIXED_COST_WRITES}):")
         fixed_ms = {name: statistics.median(values) for name, values in fixed.items()}
         for name, value in fixed_ms.items():
-            print(f"  {name:34s} {value:7.0f} ms")
+            print(f"  {name:34s} {value:7.0f} ms  CPU {statistics.median(fixed_cpu[name]):7.0f} ms")
         spark_ms, ours_ms, floor_ms = fixed_ms.values()
         print(f"  of kafka2pc's {ours_ms - spark_ms:.0f} ms more than Spark's sink, {floor_ms - spark_ms:.0f} ms are "
               f"any Python sink's (noop_arrow) and {ours_ms - floor_ms:.0f} ms kafka2pc's own (planning, the tasks' "
