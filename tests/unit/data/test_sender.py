@@ -226,3 +226,38 @@ def test_a_topic_the_broker_does_not_know_fails_the_transaction_not_the_producer
                        match=r"partitions of topic 'nope' cannot be read \(it does not exist") as raised:
         s.append("nope", b"x", None, None, headers=None, timestamp=1)
     assert isinstance(raised.value.__cause__, KafkaProtocolError) and s.idle
+
+
+class HeldTransport(ScriptedTransport):
+    """Leaves each round unanswered until the test answers it (``answer(n)``): every batch written."""
+
+    def __init__(self):
+        super().__init__()
+        self.rounds: list[tuple[Future, list]] = []
+
+    def send_produce(self, calls):
+        future: Future = Future()
+        self.rounds.append((future, calls))
+        return future
+
+    def answer(self, index: int) -> None:
+        future, calls = self.rounds[index]
+        for call in calls:
+            self.sent.extend(DefaultRecordBatch(framed.data) for framed in call.batches)
+        future.set_result([{(f.topic, f.partition): (codes.NONE, "") for f in call.batches} for call in calls])
+
+
+def test_records_added_while_a_round_is_in_flight_go_in_the_next_round_once_it_is_answered():
+    """Records keep coming while a round is in flight: none is sent before it is answered, and the first record
+    after its answer starts the next round with everything buffered meanwhile (no flush needed). The sender learns
+    of the answer from the round's own callback, not by asking the future for every record."""
+    transport = HeldTransport()
+    producer = sender(transport)  # linger.ms 0: every record is ready to go at once
+    producer.append("t", b"1", None, None, headers=None, timestamp=0)
+    producer.append("t", b"2", None, None, headers=None, timestamp=0)
+    assert len(transport.rounds) == 1  # the first round is in flight: record 2 waits
+    transport.answer(0)
+    producer.append("t", b"3", None, None, headers=None, timestamp=0)
+    assert len(transport.rounds) == 2
+    transport.answer(1)
+    assert values_sent(transport) == [b"1", b"2", b"3"]
