@@ -49,8 +49,9 @@ def _frame(raw: str) -> str:
     return f"{function} ({_SITE.sub('', path)})"
 
 
-def summarize(stacks: Path, top: int) -> str:
-    """The top frames of py-spy's collapsed stacks: share of the samples by thread, then self and inclusive."""
+def summarize(stacks: Path, top: int, caller: str = REQUEST_THREAD) -> str:
+    """The top frames of py-spy's collapsed stacks: share of the samples by thread (kafka-python's IO thread, the
+    threads running ``caller``, the rest), then self and inclusive."""
     own, inclusive, threads = collections.Counter[str](), collections.Counter[str](), collections.Counter[str]()
     total = 0
     for line in stacks.read_text().splitlines():
@@ -61,7 +62,7 @@ def summarize(stacks: Path, top: int) -> str:
         own[frames[-1]] += samples
         inclusive.update({frame: samples for frame in set(frames)})
         threads["kafka-python's IO thread" if any(f.startswith(IO_THREAD) for f in frames) else
-                "the request threads" if any(f.startswith(REQUEST_THREAD) for f in frames) else "other"] += samples
+                "the caller's threads" if any(f.startswith(caller) for f in frames) else "other"] += samples
     if not total:
         return "no samples"
     lines = [f"{total} samples (GIL held)", "by thread:"]
@@ -74,7 +75,7 @@ def summarize(stacks: Path, top: int) -> str:
 
 
 @contextlib.contextmanager
-def _sampled(path: Path | None) -> Iterator[None]:
+def sampled(path: Path | None) -> Iterator[None]:
     """py-spy recording this process while the block runs (nothing when ``path`` is None)."""
     if path is None:
         yield
@@ -132,7 +133,7 @@ def main() -> None:
 
         try:
             run(args.warmup)
-            with _sampled(args.py_spy):
+            with sampled(args.py_spy):
                 before, wall = os.times(), 0.0
                 wall = run(args.transactions)
                 after = os.times()
