@@ -289,8 +289,9 @@ class RecordSender:
         future.add_done_callback(self._round_answered)
 
     def _round_answered(self, future: concurrent.futures.Future[list[ProduceReply | Exception]]) -> None:
-        if self._round is not None and self._round[0] is future:
-            self._round_done = True
+        current = self._round  # read once: the caller's thread may collect it meanwhile
+        if current is not None and current[0] is future:
+            self._round_done = True  # if the next round began meanwhile, _pump waits on it (bounded): no harm
 
     @property
     def _transactional_id(self) -> str:
