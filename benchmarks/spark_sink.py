@@ -102,29 +102,15 @@ def spark_cpu_s() -> float:
     The broker, also a child of this process when the benchmark starts it, is not counted."""
     from pyspark import SparkContext  # noqa: PLC0415
 
+    from kafka2pc_harness.spark_cluster import descendants, process_table  # noqa: PLC0415
+
     own = os.times()
     proc = getattr(SparkContext._gateway, "proc", None)  # pyspark keeps the JVM's Popen only there
-    return own.user + own.system + (_tree_cpu_s(proc.pid) if proc is not None else 0.0)
-
-
-def _tree_cpu_s(root: int) -> float:
-    ticks, below, spent = os.sysconf("SC_CLK_TCK"), dict[int, list[int]](), dict[int, float]()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # from the state on: ppid, ..., utime stime cutime cstime
-        below.setdefault(int(fields[1]), []).append(int(entry))
-        spent[int(entry)] = sum(map(int, fields[11:15])) / ticks
-    total, pending = 0.0, [root]
-    while pending:  # bounded: each pid of the process table once
-        pid = pending.pop()
-        total += spent.get(pid, 0.0)
-        pending.extend(below.get(pid, []))
-    return total
+    if proc is None:
+        return own.user + own.system
+    table = process_table()
+    return own.user + own.system + sum(table[pid].cpu_s for pid in (proc.pid, *descendants(proc.pid, table))
+                                       if pid in table)
 
 
 def timed_write(df: Any, name: str, bootstrap: str, checkpoint: Path, rows: int) -> tuple[float, float]:

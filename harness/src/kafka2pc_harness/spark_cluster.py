@@ -57,6 +57,8 @@ class ProcInfo:
     #: clock ticks since boot: with the pid, it names the process even after the pid is reused
     start_time: int
     cmdline: tuple[str, ...]
+    #: CPU seconds (user + system) it has used, with those of the children it has reaped
+    cpu_s: float = 0.0
 
     @property
     def zombie(self) -> bool:
@@ -74,7 +76,7 @@ def proc_info(pid: int) -> ProcInfo | None:
     fields = stat[stat.rindex(")") + 2:].split()  # the command name in parentheses may hold spaces
     cmdline = tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
     return ProcInfo(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0], start_time=int(fields[19]),
-                    cmdline=cmdline)
+                    cmdline=cmdline, cpu_s=sum(map(int, fields[11:15])) / os.sysconf("SC_CLK_TCK"))
 
 
 def process_table() -> dict[int, ProcInfo]:
