@@ -134,7 +134,7 @@ def main() -> None:
         try:
             run(args.warmup)
             with sampled(args.py_spy):
-                before, wall = os.times(), 0.0
+                before = os.times()
                 wall = run(args.transactions)
                 after = os.times()
         finally:
