@@ -32,7 +32,7 @@ from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.config.producer import max_block_ms
 from kafka2pc.config.redaction import reveal
 from kafka2pc.producer import DECISION_STANDS_S, State, TwoPhaseProducer, decision_stands
-from kafka2pc.transaction_control import ObservedTransaction
+from kafka2pc.transaction_control import ObservedTransaction, TransactionControl
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +63,8 @@ class ProducerCache:
         self.idle_timeout_s = idle_timeout_s
         self._clock = clock
         self._clients: dict[ConfigKey, _Entry[ClusterClient]] = {}
+        #: one per client: what it learnt of the cluster (its transaction protocol) outlives a task or a commit
+        self._controls: dict[ConfigKey, TransactionControl] = {}
         self._producers: dict[tuple[ConfigKey, str, bool], _Entry[TwoPhaseProducer]] = {}
         #: when each producer handed out or kept decided on two-phase commit (its init_transactions, or before)
         self._decided_at: weakref.WeakKeyDictionary[TwoPhaseProducer, float] = weakref.WeakKeyDictionary()
@@ -78,6 +80,15 @@ class ProducerCache:
             entry = self._clients[key] = _Entry(client, now)
         entry.last_used = now
         return entry.value
+
+    def control(self, config: Mapping[str, Any]) -> TransactionControl:
+        """Coordinator operations over :meth:`client`'s client, kept with it."""
+        client = self.client(config)
+        key = config_key(config)
+        control = self._controls.get(key)
+        if control is None:
+            control = self._controls[key] = TransactionControl(client)
+        return control
 
     def take(self, config: Mapping[str, Any], transactional_id: str, observed: ObservedTransaction | None, *,
              two_phase_commit: bool) -> TwoPhaseProducer | None:
@@ -137,6 +148,7 @@ class ProducerCache:
         for config, client_entry in list(self._clients.items()):
             if config not in in_use and now - client_entry.last_used > client_timeout:
                 del self._clients[config]
+                self._controls.pop(config, None)
                 client_entry.value.close()
 
     def __len__(self) -> int:
@@ -150,3 +162,4 @@ class ProducerCache:
             client_entry.value.close()
         self._producers.clear()
         self._clients.clear()
+        self._controls.clear()

@@ -15,7 +15,6 @@ from typing import Any
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc.cluster import ClusterClient
 from kafka2pc.errors import StorageUnavailableError, WriteConflictError, WriteDecidedError, WriteOutcomeUnknownError
 from kafka2pc.prepared_state import PreparedTxnState
 from kafka2pc.sink.committer import Committer, Settlement
@@ -37,7 +36,7 @@ from kafka2pc.sink.write_keys import (
 from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.state import SinkState, SinkStore
-from kafka2pc.spark.task import TaskMessage, TaskPlan, shared_client
+from kafka2pc.spark.task import TaskMessage, TaskPlan, shared_control
 from kafka2pc.spark.window import move_window
 from kafka2pc.transaction_control import TransactionControl
 
@@ -62,20 +61,13 @@ class SinkDriver:
     def __init__(self, options: SinkOptions):
         self.options = options
         self.store = SinkStore(options.checkpoint_location)
-        self._client: ClusterClient | None = None
         self._state: SinkState | None = None
 
     @property
-    def client(self) -> ClusterClient:
-        """The driver worker's client (shared across calls in one worker process)."""
-        if self._client is None:
-            self._client = shared_client(self.options.producer_config)
-        return self._client
-
-    @property
     def control(self) -> TransactionControl:
-        """Coordinator operations over the driver's client."""
-        return TransactionControl(self.client)
+        """Coordinator operations over the driver worker's client (both shared across calls in one worker
+        process)."""
+        return shared_control(self.options.producer_config)
 
     @property
     def state(self) -> SinkState:

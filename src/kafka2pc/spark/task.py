@@ -77,6 +77,12 @@ def shared_client(config: Mapping[str, Any]) -> ClusterClient:
     return _CACHE.client(config)
 
 
+def shared_control(config: Mapping[str, Any]) -> TransactionControl:
+    """Coordinator operations over :func:`shared_client` (one per client, so what it reads of the cluster, such as
+    its transaction protocol, is read once per worker, not once per call)."""
+    return _CACHE.control(config)
+
+
 @attrs.frozen
 class TaskAttempt:
     """Which task attempt runs, as its Spark ``TaskContext`` says."""
@@ -171,7 +177,7 @@ def _open(plan: TaskPlan, transactional_id: str, who: str) -> tuple[TwoPhaseProd
     up) and waits, bounded, for an ending one to write its markers; stops when the window moved (before any
     InitProducerId, which would fence the id's holder)."""
     client = _CACHE.client(plan.producer_config)
-    control = TransactionControl(client)
+    control = _CACHE.control(plan.producer_config)
     ids = [transactional_id, window_id(plan.prefix)] if plan.window else [transactional_id]
     looks = control.describe_all(ids)
     for look in looks:
@@ -202,7 +208,7 @@ def _open(plan: TaskPlan, transactional_id: str, who: str) -> tuple[TwoPhaseProd
 
 
 def _check_window(plan: TaskPlan, who: str) -> None:
-    check_window(TransactionControl(shared_client(plan.producer_config)), plan.prefix, plan.window, who)
+    check_window(shared_control(plan.producer_config), plan.prefix, plan.window, who)
 
 
 def _abort_quietly(producer: TwoPhaseProducer) -> None:

@@ -1,5 +1,7 @@
 """The process's cache of clients and handed-over producers: what it gives back, what it closes, and when."""
 
+import types
+
 from kafka2pc import metrics
 from kafka2pc._core.messages import ObservedTransaction
 from kafka2pc._core.states import State
@@ -115,6 +117,34 @@ def test_idle_producers_and_then_their_clients_are_closed(monkeypatch):
     cache.evict_idle()
     assert busy.closed and client.closed and len(cache) == 0
     assert cache.client(CONFIG) is not client  # connected afresh
+
+
+def test_what_the_coordinator_operations_learn_is_kept_with_their_client(monkeypatch):
+    """The cluster's transaction protocol is read once per client, not once per task or commit (in Spark, a commit
+    asked for it again every batch: a DescribeFeatures round trip); a client closed as idle takes it with it."""
+    facts_read = []
+
+    class FakeClient:
+        def __init__(self, *args, **kwargs):
+            self.closed = False
+
+        def cluster_facts(self):
+            facts_read.append(self)
+            return types.SimpleNamespace(finalized_transaction_version=2, transaction_version=2)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(producer_cache, "ClusterClient", FakeClient)
+    clock = Clock()
+    cache = ProducerCache(idle_timeout_s=60, clock=clock)
+    assert cache.control(CONFIG).transaction_version == 2
+    assert cache.control(CONFIG).transaction_version == 2
+    assert cache.control(CONFIG).transport is cache.client(CONFIG) and len(facts_read) == 1
+    clock.now = 1000
+    cache.evict_idle()
+    assert cache.control(CONFIG).transaction_version == 2 and len(facts_read) == 2  # a new client, read again
+    assert facts_read[0].closed and not facts_read[1].closed
 
 
 def test_a_producer_that_fell_back_from_two_phase_commit_is_not_kept():
