@@ -27,7 +27,7 @@ from kafka2pc.sink.committer import Committer
 from kafka2pc.sink.decision_log import DecisionLog, FileDecisionLog
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.prepared import PreparedTransaction
-from kafka2pc.transaction_control import OPEN_STATES, Settled, TransactionControl, TransactionOutcome
+from kafka2pc.transaction_control import ONGOING, OPEN_STATES, Settled, TransactionControl, TransactionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,9 @@ def abort_open_transactions(control: TransactionControl, grammar: TransactionalI
     kept = set(keep)
     found = [listing for listing in control.list(states=OPEN_STATES, pattern=f"^{grammar.pattern}$")
              if grammar.owns(listing.transactional_id)]
-    listed = [listing for listing in found if listing.transactional_id not in kept]
+    # only an ongoing transaction can be aborted: one listed as completing (PrepareCommit, PrepareAbort,
+    # PrepareEpochFence) is ending on its coordinator already, like the ones just committed before a cleanup
+    listed = [listing for listing in found if listing.transactional_id not in kept and listing.state == ONGOING]
     results = control.abort_all_ongoing([(listing.transactional_id, listing.producer_id) for listing in listed])
     aborted: list[str] = []
     failures: list[Exception] = []

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import pytest
 
 from kafka2pc import TwoPhaseProducer
-from kafka2pc._core.messages import InitProducerId
+from kafka2pc._core.messages import PREPARE_COMMIT, InitProducerId, TransactionListing
 from kafka2pc.errors import CommandRefusedError, DecisionLogCorruptError, RecoveryIncompleteError
 from kafka2pc.sink.integration import Decision, FileDecisionLog, PreparedTransaction, recover
 from kafka2pc.sink.naming import TransactionalIdGrammar
 from kafka2pc.sink.recovery import abort_open_transactions, resolve_for_replay
-from kafka2pc.transaction_control import TransactionControl
+from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 from tests.model.coordinator import CoordinatorModel, Faults, ModelTransport
 
 logging.getLogger("kafka2pc").setLevel(logging.ERROR)
@@ -82,6 +83,28 @@ def test_abort_open_transactions_keeps_what_it_is_told_to(transport):
     aborted = abort_open_transactions(TransactionControl(transport), TransactionalIdGrammar("job"), keep=["job-0-0"])
     assert aborted == ["job-1-0"]
     assert [t.transactional_id for t in transport.model.open_transactions()] == ["job-0-0"]
+
+
+def test_a_listed_transaction_that_is_completing_is_neither_looked_at_nor_aborted(transport):
+    """A cleanup right after a commit lists the transactions it committed while their markers are being written
+    (PrepareCommit): they are ending on their coordinator already, so no look and no abort is spent on them. The
+    listing here says PrepareCommit of one that is still ongoing, to show it is taken at its word."""
+    prepare(transport, "job-0-0", b"completing")
+    prepare(transport, "job-1-0", b"open")
+    listed = TransactionControl(transport).list(states=OPEN_STATES)
+    looked_at: list[list[str]] = []
+
+    class ListedAsCompleting(TransactionControl):
+        def list(self, **_: object) -> list[TransactionListing]:
+            return [attrs.evolve(entry, state=PREPARE_COMMIT) if entry.transactional_id == "job-0-0" else entry
+                    for entry in listed]
+
+        def describe_all(self, transactional_ids):
+            looked_at.append(list(transactional_ids))
+            return super().describe_all(transactional_ids)
+
+    aborted = abort_open_transactions(ListedAsCompleting(transport), TransactionalIdGrammar("job"))
+    assert aborted == ["job-1-0"] and looked_at == [["job-1-0"]]
 
 
 @pytest.mark.parametrize("replay", [False, True], ids=["resolved-done", "resolved-for-replay"])
