@@ -31,6 +31,7 @@ from kafka2pc.config import ClientConfig
 from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.config.producer import max_block_ms
 from kafka2pc.config.redaction import reveal
+from kafka2pc._core.initialization import VERSIONS_MAX_AGE_S
 from kafka2pc.producer import DECISION_STANDS_S, State, TwoPhaseProducer, decision_stands
 from kafka2pc.transaction_control import ObservedTransaction, TransactionControl
 
@@ -63,8 +64,9 @@ class ProducerCache:
         self.idle_timeout_s = idle_timeout_s
         self._clock = clock
         self._clients: dict[ConfigKey, _Entry[ClusterClient]] = {}
-        #: one per client: what it learnt of the cluster (its transaction protocol) outlives a task or a commit
-        self._controls: dict[ConfigKey, TransactionControl] = {}
+        #: one per client, and when it was made (``last_used`` here): what it learnt of the cluster (its
+        #: transaction protocol) outlives a task or a commit, not VERSIONS_MAX_AGE_S
+        self._controls: dict[ConfigKey, _Entry[TransactionControl]] = {}
         self._producers: dict[tuple[ConfigKey, str, bool], _Entry[TwoPhaseProducer]] = {}
         #: when each producer handed out or kept decided on two-phase commit (its init_transactions, or before)
         self._decided_at: weakref.WeakKeyDictionary[TwoPhaseProducer, float] = weakref.WeakKeyDictionary()
@@ -82,13 +84,14 @@ class ProducerCache:
         return entry.value
 
     def control(self, config: Mapping[str, Any]) -> TransactionControl:
-        """Coordinator operations over :meth:`client`'s client, kept with it."""
-        client = self.client(config)
+        """Coordinator operations over :meth:`client`'s client, kept with it for up to ``VERSIONS_MAX_AGE_S``: what
+        it learnt of the cluster (its transaction protocol) is read again after that, whichever way it changed."""
+        client, now = self.client(config), self._clock()
         key = config_key(config)
-        control = self._controls.get(key)
-        if control is None:
-            control = self._controls[key] = TransactionControl(client)
-        return control
+        kept = self._controls.get(key)
+        if kept is None or now - kept.last_used > VERSIONS_MAX_AGE_S:
+            kept = self._controls[key] = _Entry(TransactionControl(client), now)
+        return kept.value
 
     def take(self, config: Mapping[str, Any], transactional_id: str, observed: ObservedTransaction | None, *,
              two_phase_commit: bool) -> TwoPhaseProducer | None:

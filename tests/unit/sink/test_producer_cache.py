@@ -3,6 +3,7 @@
 import types
 
 from kafka2pc import metrics
+from kafka2pc._core.initialization import VERSIONS_MAX_AGE_S
 from kafka2pc._core.messages import ObservedTransaction
 from kafka2pc._core.states import State
 from kafka2pc.sink import producer_cache
@@ -120,8 +121,9 @@ def test_idle_producers_and_then_their_clients_are_closed(monkeypatch):
 
 
 def test_what_the_coordinator_operations_learn_is_kept_with_their_client(monkeypatch):
-    """The cluster's transaction protocol is read once per client, not once per task or commit (in Spark, a commit
-    asked for it again every batch: a DescribeFeatures round trip); a client closed as idle takes it with it."""
+    """The cluster's transaction protocol is read once per client and VERSIONS_MAX_AGE_S, not once per task or
+    commit (in Spark, a commit asked for it again every batch: a DescribeFeatures round trip); a client closed as
+    idle takes it with it."""
     facts_read = []
 
     class FakeClient:
@@ -141,10 +143,12 @@ def test_what_the_coordinator_operations_learn_is_kept_with_their_client(monkeyp
     assert cache.control(CONFIG).transaction_version == 2
     assert cache.control(CONFIG).transaction_version == 2
     assert cache.control(CONFIG).transport is cache.client(CONFIG) and len(facts_read) == 1
+    clock.now = VERSIONS_MAX_AGE_S + 1  # the cluster may have raised or lowered transaction.version since
+    assert cache.control(CONFIG).transaction_version == 2 and len(facts_read) == 2
     clock.now = 1000
     cache.evict_idle()
-    assert cache.control(CONFIG).transaction_version == 2 and len(facts_read) == 2  # a new client, read again
-    assert facts_read[0].closed and not facts_read[1].closed
+    assert cache.control(CONFIG).transaction_version == 2 and len(facts_read) == 3  # a new client, read again
+    assert facts_read[0].closed and not facts_read[2].closed
 
 
 def test_a_producer_that_fell_back_from_two_phase_commit_is_not_kept():
