@@ -19,6 +19,7 @@ from kafka2pc.spark.columns import Columns
 from kafka2pc.spark.driver import SinkDriver, batch_checkpoint
 from kafka2pc.spark.options import SinkOptions
 from kafka2pc.spark.task import TaskMessage, TaskPlan, skipped_partition, write_partition
+from kafka2pc.spark.worker_gc import freeze_once
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,6 +63,7 @@ class _Writer:
     streaming = True
 
     def __init__(self, options: dict[str, str], schema: Any):
+        freeze_once()  # a Spark Python worker's, where the driver's side runs
         self._raw_options = dict(options)
         self._options = SinkOptions.from_options(options, streaming=self.streaming)
         self._columns = Columns.of_schema(schema, topic_option=self._options.topic)
@@ -78,6 +80,7 @@ class _Writer:
         return {"plan": attrs.asdict(self._plan, recurse=False), "options": self._raw_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        freeze_once()  # a task's worker, or the one where the driver's commit runs
         self._plan = TaskPlan(**state["plan"])
         self._raw_options = state["options"]
         self._options = SinkOptions.from_options(self._raw_options, streaming=self.streaming)
