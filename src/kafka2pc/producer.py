@@ -18,7 +18,7 @@ import attrs
 
 from kafka2pc import metrics
 from kafka2pc._core.driver import CoordinatorTransport, drive
-from kafka2pc._core.initialization import DECISION_STANDS_S, decision_stands
+from kafka2pc._core.initialization import DECISION_STANDS_S, VERSIONS_MAX_AGE_S, decision_stands
 from kafka2pc._core.judge import TransactionOutcome
 from kafka2pc._core.machine import Machine
 from kafka2pc._core.messages import ClusterFacts, ObservedTransaction
@@ -48,9 +48,11 @@ R = TypeVar("R")
 #: a fallback reported as two-phase commit turned off (elsewhere it may never have been on)
 _TWO_PHASE_SEEN: weakref.WeakSet[object] = weakref.WeakSet()
 
-#: ``decision_stands`` and ``DECISION_STANDS_S`` are for kafka2pc's sink and dual writer, which keep producers
-#: between transactions (the core's rule, through this facade)
-__all__ = ["DECISION_STANDS_S", "State", "TransactionOutcome", "Transport", "TwoPhaseProducer", "decision_stands"]
+#: ``decision_stands``, ``DECISION_STANDS_S`` and ``VERSIONS_MAX_AGE_S`` are for kafka2pc's sink and dual writer,
+#: which keep producers and what they learnt of the cluster between transactions (the core's rules, through this
+#: facade)
+__all__ = ["DECISION_STANDS_S", "VERSIONS_MAX_AGE_S", "State", "TransactionOutcome", "Transport", "TwoPhaseProducer",
+           "decision_stands"]
 
 #: data-plane failures after which the producer can only be closed (any other one only aborts the transaction)
 _FATAL_WRITE_ERRORS = (ProducerFencedError, AuthorizationError)

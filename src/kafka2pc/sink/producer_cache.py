@@ -26,13 +26,12 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from kafka2pc import metrics
-from kafka2pc._core.initialization import VERSIONS_MAX_AGE_S
 from kafka2pc.cluster import ClusterClient
 from kafka2pc.config import ClientConfig
 from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.config.producer import max_block_ms
 from kafka2pc.config.redaction import reveal
-from kafka2pc.producer import DECISION_STANDS_S, State, TwoPhaseProducer, decision_stands
+from kafka2pc.producer import DECISION_STANDS_S, VERSIONS_MAX_AGE_S, State, TwoPhaseProducer, decision_stands
 from kafka2pc.transaction_control import ObservedTransaction, TransactionControl
 
 log = logging.getLogger(__name__)
