@@ -43,9 +43,15 @@ def test_a_worker_that_runs_one_task_does_not_freeze(fake_gc, monkeypatch):
     assert worker_gc.freeze_once() is False and fake_gc.freezes == 0
 
 
-def test_the_switch_at_0_turns_it_off(fake_gc, monkeypatch):
-    monkeypatch.setenv(worker_gc.SWITCH_VARIABLE, "0")
+@pytest.mark.parametrize("off", ["0", "false", "OFF", " no "])
+def test_the_switch_turns_it_off(fake_gc, monkeypatch, off):
+    monkeypatch.setenv(worker_gc.SWITCH_VARIABLE, off)
     assert worker_gc.freeze_once() is False and fake_gc.freezes == 0
+
+
+def test_any_other_value_of_the_switch_leaves_it_on(fake_gc, monkeypatch):
+    monkeypatch.setenv(worker_gc.SWITCH_VARIABLE, "1")
+    assert worker_gc.freeze_once() is True and fake_gc.freezes == 1
 
 
 def test_a_process_with_its_collector_off_is_left_alone(fake_gc):
