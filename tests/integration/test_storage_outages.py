@@ -33,7 +33,9 @@ from kafka2pc.spark.state import SinkStore
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 OUTAGES = int(os.environ.get("KAFKA2PC_STORAGE_OUTAGES", "1"))
-RECORDS = 1500
+#: enough input for every outage round and the kill after them: each round spans about two batches of 150, and
+#: with a single round (the default suite) 1500 are plenty; 5 rounds once ran out of input before the kill
+RECORDS = 1500 * max(1, OUTAGES)
 JOB = Path(__file__).resolve().parents[2] / "examples" / "spark_job.py"
 #: what a storage outage must never turn into
 FORBIDDEN = re.compile(r"TransactionLostError|DecisionLogCorruptError|SinkStateMissingError|corrupt", re.IGNORECASE)
