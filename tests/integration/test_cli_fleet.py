@@ -44,7 +44,7 @@ def test_the_fleet_view_and_settling_a_dead_processes_lease(kafka, topic_factory
     pool._keeper.stop()
     dead = pool.transactional_ids[-1]
     writer = pool._set.writers[dead]
-    writer._producer.complete_transaction = lambda *_: (_ for _ in ()).throw(RuntimeError("process died"))
+    writer._protocol.producer.complete_transaction = lambda *_: (_ for _ in ()).throw(RuntimeError("process died"))
     with pytest.raises(DualWriteIncompleteError), writer.transaction() as tx:
         tx.cursor.execute("INSERT INTO orders VALUES (2)")
         tx.produce(topic, value=b"2", key=b"2")

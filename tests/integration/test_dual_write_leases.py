@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from kafka2pc.dualwrite.blocking import run
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
@@ -76,7 +77,7 @@ def claim_at_once(db: Database, threads: int, each: int, max_ids: int) -> list[A
 def test_concurrent_claims_never_share_an_id_and_stop_at_max_ids(db):
     connection = db.connect()
     table = leases(connection)
-    table.table.ensure_leasing()
+    run(table.table.ensure_leasing(), table.table.connection)
     new = claim_at_once(db, 8, 3, 20)
     names = sorted((lease.transactional_id for lease in new), key=lambda name: int(name.rsplit("-", 1)[1]))
     print(f"\n24 claims of new ids by 8 threads with max_ids=20: {len(new)} leases, {len(set(names))} distinct")
@@ -131,12 +132,13 @@ def test_an_expired_lease_is_taken_over_and_its_holder_can_no_longer_write_the_r
     new = table.claim(token(), "live:2", 30, max_ids=None, expired_only=True)
     assert new.transactional_id == old.transactional_id and new.taken_from == "dead:1" and new.expired_s > 0
     state = table.table
-    state.begin_locked(old.transactional_id)
+    run(state.begin_locked(old.transactional_id), state.connection)
     with pytest.raises(ProducerFencedError, match="taken over"):
-        state.write(old.transactional_id, completed=True, lease=(old.token, 30))
+        run(state.write(old.transactional_id, completed=True, lease=(old.token, 30)), state.connection)
     connection.rollback()
-    state.begin_locked(old.transactional_id)
-    state.write(old.transactional_id, completed=True, lease=(new.token, 30))  # the new holder writes
+    run(state.begin_locked(old.transactional_id), state.connection)
+    # the new holder writes
+    run(state.write(old.transactional_id, completed=True, lease=(new.token, 30)), state.connection)
     connection.commit()
     connection.close()
 
@@ -145,7 +147,7 @@ def test_rows_of_a_fixed_prefix_are_adopted_and_others_left_alone(db):
     connection = db.connect()
     state = StateTable(adapt(connection), "kafka2pc_dual_write_state")
     for name in ("shop-0", "shop-7", "shop-x", "shop-01", "shop-2-1", "shopping-1", "other-1"):
-        state.begin_locked(name)
+        run(state.begin_locked(name), state.connection)
         connection.commit()
     table = LeaseTable(state, "shop")
     assert table.adopt() == 2
@@ -164,8 +166,8 @@ def test_a_table_made_before_leases_gets_the_columns_or_names_the_ddl(db):
     connection.commit()
     # a writer outside a pool keeps working on it as it is
     unleased = StateTable(adapt(connection), "kafka2pc_dual_write_state", create=False)
-    assert unleased.begin_locked("shop-0").owner == "old-writer"
-    unleased.write("shop-0", completed=True)
+    assert run(unleased.begin_locked("shop-0"), unleased.connection).owner == "old-writer"
+    run(unleased.write("shop-0", completed=True), unleased.connection)
     connection.commit()
     assert not unleased.leasing
     with pytest.raises(ConfigError, match="ALTER TABLE kafka2pc_dual_write_state ADD COLUMN lease_owner"):
@@ -173,7 +175,8 @@ def test_a_table_made_before_leases_gets_the_columns_or_names_the_ddl(db):
     table = leases(connection)  # allowed to alter it: it does
     assert table.adopt() == 1
     assert table.claim(token(), "a:1", 30, max_ids=None).transactional_id == "shop-0"
-    assert StateTable(adapt(connection), "kafka2pc_dual_write_state").begin_locked("shop-0").owner == "old-writer"
+    again = StateTable(adapt(connection), "kafka2pc_dual_write_state")
+    assert run(again.begin_locked("shop-0"), again.connection).owner == "old-writer"
     connection.rollback()
     connection.close()
 
@@ -202,7 +205,8 @@ def test_a_claim_never_takes_or_waits_for_a_row_a_transaction_holds(postgres_dsn
     db = schema_database(postgres_dsn)[0]
     zombie, live = db.connect(), db.connect()
     held = leases(zombie).claim(token(), "zombie:1", 1.0, max_ids=None)
-    StateTable(adapt(zombie), "kafka2pc_dual_write_state").begin_locked(held.transactional_id)  # and stays
+    held_row = StateTable(adapt(zombie), "kafka2pc_dual_write_state")
+    run(held_row.begin_locked(held.transactional_id), held_row.connection)  # and stays
     time.sleep(1.3)
     live.cursor().execute("SET statement_timeout = '3s'")  # a claim that waited for the lock would fail here
     live.commit()
@@ -226,7 +230,7 @@ def test_a_frozen_session_inside_a_transaction_is_ended_after_a_lease(postgres_d
     held = leases(zombie).claim(token(), "zombie:1", 1.0, max_ids=None)
     state = StateTable(adapt(zombie), "kafka2pc_dual_write_state")
     state.idle_limit_ms = 1000  # a leased writer's: the lease
-    state.begin_locked(held.transactional_id)
+    run(state.begin_locked(held.transactional_id), state.connection)
     time.sleep(2.5)
     taken = leases(live).claim(token(), "live:2", 30, max_ids=None, expired_only=True)
     assert taken is not None and taken.transactional_id == held.transactional_id
@@ -255,7 +259,8 @@ def test_a_fleet_starting_at_once_gets_every_id_it_asks_for(postgres_dsn):
     """32 processes start at once on an empty fleet, each claiming new ids: every claim gets one (the benchmark's
     simulated deploy of 1000 pools found claims giving up with PoolTimeoutError, failing a pool's start)."""
     db = schema_database(postgres_dsn)[0]
-    leases(db.connect()).table.ensure_leasing()
+    state = leases(db.connect()).table
+    run(state.ensure_leasing(), state.connection)
     claimed = claim_at_once(db, 32, 10, 10_000)
     names = {lease.transactional_id for lease in claimed}
     print(f"\n320 claims of new ids by 32 connections at once: {len(claimed)} leases, {len(names)} distinct")

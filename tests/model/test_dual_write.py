@@ -119,7 +119,7 @@ def test_without_two_phase_commit_a_crash_before_the_db_commit_recovers(tmp_path
     tx.cursor.execute("INSERT INTO orders VALUES (2)")
     tx.produce("t", value=b"2", key=b"2", partition=0)
     if prepare:
-        writer._producer.prepare_transaction()
+        writer._protocol.producer.prepare_transaction()
     connection.close()
     for _ in range(2):
         cluster.writer(connect(path)).recover()
@@ -137,7 +137,7 @@ def test_a_crash_after_the_producer_id_rotated_recovers_without_an_operator(tmp_
     tx = block.__enter__()
     tx.cursor.execute("INSERT INTO orders VALUES (4)")
     tx.produce("t", value=b"4", key=b"4", partition=0)
-    writer._producer.prepare_transaction()
+    writer._protocol.producer.prepare_transaction()
     connection.close()
     cluster.writer(connect(path)).recover()
     assert db_ids(path) == cluster.kafka_ids() == [1, 2, 3]

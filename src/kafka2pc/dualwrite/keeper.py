@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kafka2pc import metrics
+from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.upkeep import Upkeep, plan_upkeep
 from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
@@ -50,7 +51,7 @@ class LeaseKeeper:
 
     def start_up(self) -> int:
         """Before the pool's first claim: the lease columns, and the fleet's adoption of ids made before them."""
-        self._leases.table.ensure_leasing()
+        blocking.run(self._leases.table.ensure_leasing(), self._leases.table.connection)
         return self._leases.adopt()
 
     def start(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import PoolTimeoutError
 
@@ -73,7 +74,7 @@ class LeaseTable:
 
     @contextlib.contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Any]:
-        self.table.ensure_leasing()
+        blocking.run(self.table.ensure_leasing(), self._db)
         self._db.begin()
         try:
             cursor = self._db.cursor()

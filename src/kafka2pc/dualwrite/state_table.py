@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
+from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Sleep, Sql, Steps
 from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.dualwrite.outcome import ReadBack
 from kafka2pc.errors import ConfigError, ProducerFencedError, UsageError
@@ -96,7 +96,9 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 
 class StateTable:
-    """SQL for one connection's database flavour."""
+    """The state row's SQL for one connection's database flavour, as protocol steps (:mod:`.actions`): run them
+    with :func:`kafka2pc.dualwrite.blocking.run`, or an asyncio edge. Single statements are returned as a
+    :class:`Sql` to yield; sequences are generators to ``yield from``."""
 
     def __init__(self, connection: DbapiConnection, table: str, *, create: bool = True):
         if not _TABLE_NAME.fullmatch(table):
@@ -123,18 +125,19 @@ class StateTable:
     def sql(self, text: str) -> str:
         return text.replace("?", self._p)
 
-    def _ensure_table(self, *, leases: bool = False) -> None:
+    def _ensure_table(self, *, leases: bool = False) -> Steps[None]:
         """Check once that the table exists (with the lease columns when ``leases``); create it, or add the
         columns, if missing and allowed. Runs only with no transaction open, and commits nothing but its own DDL (a
         least-privilege role that may not create tables never needs to)."""
         if self._table_checked and (self.leasing or not leases):
             return
-        if not self._exists():
+        if not (yield from self._exists()):
             if not self.create:
                 raise ConfigError("state_table", f"{self.table!r} does not exist and create_state_table=False: "
                                                  f"create it first with\n{state_table_ddl(self.table)}")
-            self._run_ddl([state_table_ddl(self.table)], done=self._exists)
-        missing = [name for name, _ in LEASE_COLUMNS if name not in self._column_names()]
+            yield from self._run_ddl([state_table_ddl(self.table)], done=self._exists)
+        present = yield from self._column_names()
+        missing = [name for name, _ in LEASE_COLUMNS if name not in present]
         if missing and leases:
             additions = [(name, statement) for (name, _), statement
                          in zip(LEASE_COLUMNS, state_table_upgrade_ddl(self.table), strict=True) if name in missing]
@@ -143,67 +146,63 @@ class StateTable:
                 raise ConfigError("state_table", f"{self.table!r} lacks the lease columns DualWriterPool needs and "
                                                  f"create_state_table=False: add them first with\n{statements}")
             for name, statement in additions:
-                self._run_ddl([statement], done=functools.partial(self._has_column, name))
+                yield from self._run_ddl([statement], done=functools.partial(self._has_column, name))
             missing = []
         self.leasing = not missing
         self._table_checked = True
 
-    def _run_ddl(self, statements: list[str], *, done: Callable[[], bool]) -> None:
+    def _run_ddl(self, statements: list[str], *, done: Callable[[], Steps[bool]]) -> Steps[None]:
         """Run DDL in a transaction of its own; a concurrent writer's identical DDL winning the race is fine
         (``done()`` says whether the change is there). On PostgreSQL each attempt waits at most 2 s for its lock,
         so the writers of a running fleet never queue behind it for longer (tried 5 times, with backoff)."""
         for attempt in range(_DDL_ATTEMPTS):
             try:
-                self.connection.begin()
-                cursor = self.connection.cursor()
+                yield Begin()
                 if not self.sqlite:
-                    cursor.execute("SET LOCAL lock_timeout = '2s'")
+                    yield Sql("SET LOCAL lock_timeout = '2s'")
                 for statement in statements:
-                    cursor.execute(statement)
-                self.connection.commit()
+                    yield Sql(statement)
+                yield Commit()
                 return
             except Exception:
-                self.connection.rollback()
-                if done():
+                yield Rollback()
+                if (yield from done()):
                     return
                 if attempt == _DDL_ATTEMPTS - 1:
                     raise
-                time.sleep(0.2 * 2 ** attempt)
+                yield Sleep(0.2 * 2 ** attempt)
 
-    def _has_column(self, name: str) -> bool:
-        return name in self._column_names()
+    def _has_column(self, name: str) -> Steps[bool]:
+        return name in (yield from self._column_names())
 
-    def _column_names(self) -> set[str]:
-        self.connection.begin()
+    def _column_names(self) -> Steps[set[str]]:
+        yield Begin()
         try:
-            cursor = self.connection.cursor()
-            cursor.execute(f"SELECT * FROM {self.table} WHERE 1 = 0")
-            return {str(column[0]).lower() for column in cursor.description}
+            return set((yield Sql(f"SELECT * FROM {self.table} WHERE 1 = 0", fetch=Fetch.COLUMNS)))
         finally:
-            self.connection.rollback()
+            yield Rollback()
 
-    def ensure_leasing(self) -> None:
+    def ensure_leasing(self) -> Steps[None]:
         """Make sure the table has the lease columns (adding them when allowed), before a pool leases ids."""
-        self._ensure_table(leases=True)
+        yield from self._ensure_table(leases=True)
 
     @property
     def _columns(self) -> str:
         return f"{_COLUMNS}, lease_owner" if self.leasing else _COLUMNS
 
-    def _exists(self) -> bool:
-        self.connection.begin()
+    def _exists(self) -> Steps[bool]:
+        yield Begin()
         try:
-            cursor = self.connection.cursor()
             if self.sqlite:
-                cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,))
+                row = yield Sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,),
+                                Fetch.ONE)
             else:  # PostgreSQL: the table as the connection's search_path finds it
-                cursor.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table,))
-            row = cursor.fetchone()
+                row = yield Sql("SELECT to_regclass(%s) IS NOT NULL", (self.table,), Fetch.ONE)
             return bool(row and row[0])
         finally:
-            self.connection.rollback()
+            yield Rollback()
 
-    def begin_locked(self, transactional_id: str, *, idle_limit_ms: int | None = None) -> StoredState:
+    def begin_locked(self, transactional_id: str, *, idle_limit_ms: int | None = None) -> Steps[StoredState]:
         """Start a DB transaction holding the id's row (created if missing) until commit or rollback: writers with
         the same id serialise here; the row's state is read under the lock. If taking the lock fails (a lock or
         statement timeout, a serialization failure), what it began is rolled back and the database's error raised:
@@ -212,46 +211,43 @@ class StateTable:
         if self.connection.in_transaction():
             raise UsageError("the connection has an open transaction: commit or roll back before a dual-write "
                              "transaction (its rows would be committed with it)")
-        self._ensure_table()
+        yield from self._ensure_table()
         try:
-            self.connection.begin()
-            cursor = self.connection.cursor()
+            yield Begin()
             # the write lock first: BEGIN IMMEDIATE on SQLite, where a deferred transaction's write (its implicit
             # one, with autocommit=False) must come before any read; the row lock of SELECT FOR UPDATE elsewhere
             insert_first = self.sqlite and self.connection.implicit_transactions
             if self.sqlite and not insert_first:
-                cursor.execute("BEGIN IMMEDIATE")
+                yield Sql("BEGIN IMMEDIATE")
             if insert_first:
-                self._insert_row(cursor, transactional_id)
+                yield self._insert_row(transactional_id)
             limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
-            row = self._select_locked(cursor, transactional_id, limit)
+            row = yield from self._select_locked(transactional_id, limit)
             if row is None:  # a new id: one more round trip, once
-                self._insert_row(cursor, transactional_id)
-                row = self._select_locked(cursor, transactional_id, limit)
+                yield self._insert_row(transactional_id)
+                row = yield from self._select_locked(transactional_id, limit)
             return _stored(row)
         except BaseException:
             with contextlib.suppress(Exception):
-                self.connection.rollback()
+                yield Rollback()
             raise
 
-    def _insert_row(self, cursor: Any, transactional_id: str) -> None:
-        cursor.execute(self.sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
-                                 "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
+    def _insert_row(self, transactional_id: str) -> Sql:
+        return Sql(self.sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
+                            "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
 
-    def _select_locked(self, cursor: Any, transactional_id: str, idle_limit_ms: int | None) -> Any:
+    def _select_locked(self, transactional_id: str, idle_limit_ms: int | None) -> Steps[Any]:
         if self.sqlite or idle_limit_ms is None:
             lock = "" if self.sqlite else " FOR UPDATE"
-            cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
-                           (transactional_id,))
-            return cursor.fetchone()
+            return (yield Sql(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
+                              (transactional_id,), Fetch.ONE))
         # by the statement that locks the row (no round trip more), left to right: the session's own idle limit
         # (whether a 25P03 can be another limit's), then the transaction's
-        cursor.execute(self.sql(f"SELECT {self._columns}, (SELECT setting FROM pg_settings WHERE name = "
-                                "'idle_in_transaction_session_timeout'), "
-                                "set_config('idle_in_transaction_session_timeout', ?, true) "
-                                f"FROM {self.table} WHERE transactional_id = ? FOR UPDATE"),
-                       (str(idle_limit_ms), transactional_id))
-        row = cursor.fetchone()
+        row = yield Sql(self.sql(f"SELECT {self._columns}, (SELECT setting FROM pg_settings WHERE name = "
+                                 "'idle_in_transaction_session_timeout'), "
+                                 "set_config('idle_in_transaction_session_timeout', ?, true) "
+                                 f"FROM {self.table} WHERE transactional_id = ? FOR UPDATE"),
+                        (str(idle_limit_ms), transactional_id), Fetch.ONE)
         if row is None:
             return None
         self.session_idle_limit_ms = int(row[-2])
@@ -262,20 +258,22 @@ class StateTable:
         if not self.sqlite:
             cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(idle_limit_ms)}")
 
-    def mark_block(self) -> None:
+    @staticmethod
+    def mark_block() -> Sql:
         """Take the savepoint that tells whether the application ended the transaction inside the block."""
-        self.connection.cursor().execute(f"SAVEPOINT {_BLOCK_SAVEPOINT}")
+        return Sql(f"SAVEPOINT {_BLOCK_SAVEPOINT}")
 
-    def release_block(self) -> None:
+    @staticmethod
+    def release_block() -> Sql:
         """Release that savepoint; fails (on SQLite and PostgreSQL) once the transaction that took it has ended."""
-        self.connection.cursor().execute(f"RELEASE SAVEPOINT {_BLOCK_SAVEPOINT}")
+        return Sql(f"RELEASE SAVEPOINT {_BLOCK_SAVEPOINT}")
 
-    def block_ended(self) -> bool:
+    def block_ended(self) -> Steps[bool]:
         """After the block raised: whether the transaction that took the savepoint has ended (rolling back to the
         savepoint works in a transaction a failed statement aborted, and fails once it has ended). A session the
         database ended meanwhile (its idle limit) is not that: False."""
         try:
-            self.connection.cursor().execute(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
+            yield Sql(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
         except Exception as exc:
             return not self.ended_by_own_limit(exc)
         return False
@@ -299,7 +297,7 @@ class StateTable:
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
               two_phase: bool = False, token: str | None = None, completed: bool,
-              lease: tuple[str, float] | None = None, clear_problem: bool = False) -> None:
+              lease: tuple[str, float] | None = None, clear_problem: bool = False) -> Steps[None]:
         """Update the row inside the current transaction (``owner``, ``prepared``, ``token`` only when given; an
         empty prepared state, of a transaction that produced nothing, is stored as none). With ``lease`` (the
         writer's lease token, its length in seconds) the lease is renewed in the same statement, which updates the
@@ -324,38 +322,35 @@ class StateTable:
         where, keys = "transactional_id = ?", [transactional_id]
         if lease is not None:
             where, keys = f"{where} AND lease_owner = ?", [transactional_id, lease[0]]
-        cursor = self.connection.cursor()
-        cursor.execute(self.sql(f"UPDATE {self.table} SET {', '.join(sets)} WHERE {where}"), (*values, *keys))
-        if lease is not None and cursor.rowcount == 0:
+        changed = yield Sql(self.sql(f"UPDATE {self.table} SET {', '.join(sets)} WHERE {where}"), (*values, *keys),
+                            Fetch.ROWCOUNT)
+        if lease is not None and changed == 0:
             raise ProducerFencedError(f"{transactional_id!r}: this process's lease on the id was taken over by "
                                       "another process: this writer is fenced")
 
-    def extend_lease(self, transactional_id: str, lease: tuple[str, float]) -> None:
+    def extend_lease(self, transactional_id: str, lease: tuple[str, float]) -> Sql:
         """Renew the lease (token, length in seconds) inside the current transaction, if that token holds it."""
-        cursor = self.connection.cursor()
-        cursor.execute(self.sql(f"UPDATE {self.table} SET lease_expires = {self.now} + ?, heartbeat_at = {self.now} "
-                                "WHERE transactional_id = ? AND lease_owner = ? AND lease_expires IS NOT NULL"),
-                       (lease[1], transactional_id, lease[0]))
+        return Sql(self.sql(f"UPDATE {self.table} SET lease_expires = {self.now} + ?, heartbeat_at = {self.now} "
+                            "WHERE transactional_id = ? AND lease_owner = ? AND lease_expires IS NOT NULL"),
+                   (lease[1], transactional_id, lease[0]))
 
-    def read(self, transactional_id: str) -> StoredState | None:
+    def read(self, transactional_id: str) -> Steps[StoredState | None]:
         """The row, read in a transaction of its own (ended here)."""
-        self.connection.begin()
+        yield Begin()
         try:
-            cursor = self.connection.cursor()
-            cursor.execute(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?"),
-                           (transactional_id,))
-            row = cursor.fetchone()
+            row = yield Sql(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?"),
+                            (transactional_id,), Fetch.ONE)
         finally:
-            self.connection.rollback()
+            yield Rollback()
         return None if row is None else _stored(row)
 
-    def read_back(self, transactional_id: str, token: str, session: Any) -> ReadBack:
+    def read_back(self, transactional_id: str, token: str, session: Any) -> Steps[ReadBack]:
         """After a failed commit (rolled back here first): whether the row holds ``token``, and whether the read ran
         on ``session``, the driver connection that sent the commit, still open."""
         with contextlib.suppress(Exception):
-            self.connection.rollback()
+            yield Rollback()
         try:
-            row = self.read(transactional_id)
+            row = yield from self.read(transactional_id)
         except Exception:
             return ReadBack(token_seen=None, same_session=False)
         same = session is not None and self.connection.session() is session and not getattr(session, "closed", False)

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy.orm import Session
 
+from kafka2pc.dualwrite.blocking import perform, run
 from kafka2pc.dualwrite.connection import DbapiConnection, SqlAlchemyConnection, adapt
 from kafka2pc.dualwrite.state_table import StateTable, state_table_ddl
 from kafka2pc.errors import ConfigError, UsageError
@@ -19,7 +20,8 @@ def test_an_autocommit_connection_is_refused():
         autocommit = True
 
     with pytest.raises(ConfigError, match="autocommit"):
-        StateTable(adapt(sqlite3.connect(":memory:", factory=Autocommitting)), "state").begin_locked("id-0")
+        table = StateTable(adapt(sqlite3.connect(":memory:", factory=Autocommitting)), "state")
+        run(table.begin_locked("id-0"), table.connection)
 
 
 def test_sqlalchemys_raw_connection_is_recognised_as_sqlite(tmp_path):
@@ -30,7 +32,7 @@ def test_sqlalchemys_raw_connection_is_recognised_as_sqlite(tmp_path):
     connection = adapt(raw)
     assert type(connection) is DbapiConnection and connection.sqlite
     table = StateTable(connection, "state")
-    assert table.begin_locked("id-0").owner is None
+    assert run(table.begin_locked("id-0"), connection).owner is None
     connection.rollback()
     raw.close()
 
@@ -43,12 +45,12 @@ def test_sqlalchemy_connections_and_engines_go_through_sqlalchemy(tmp_path, give
     assert isinstance(connection, SqlAlchemyConnection) and connection.sqlite
     assert connection.owned == (given == "engine")
     table = StateTable(connection, "state")
-    table.begin_locked("id-0")
+    run(table.begin_locked("id-0"), connection)
     assert connection.sqlalchemy.in_transaction()  # SQLAlchemy knows of the transaction the writer began
-    table.write("id-0", owner="me", completed=True)
+    run(table.write("id-0", owner="me", completed=True), connection)
     connection.commit()
     assert not connection.sqlalchemy.in_transaction()
-    assert table.read("id-0").owner == "me"
+    assert run(table.read("id-0"), connection).owner == "me"
     connection.close()
     sa_connection.close()
 
@@ -58,7 +60,7 @@ def test_a_sqlalchemy_connection_with_a_transaction_open_is_refused(tmp_path):
     with engine.connect() as sa_connection:
         sa_connection.exec_driver_sql("SELECT 1")  # SQLAlchemy autobegins
         with pytest.raises(UsageError, match="open transaction") as raised:
-            StateTable(adapt(sa_connection), "state").begin_locked("id-0")
+            run(StateTable(adapt(sa_connection), "state").begin_locked("id-0"), adapt(sa_connection))
         assert not isinstance(raised.value, ConfigError)  # a call-order misuse, not bad configuration
 
 
@@ -66,7 +68,7 @@ def test_an_autocommit_engine_and_an_orm_session_are_refused(tmp_path):
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'app.db'}")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as sa_connection, \
             pytest.raises(ConfigError, match="AUTOCOMMIT"):
-        StateTable(adapt(sa_connection), "state").begin_locked("id-0")
+        run(StateTable(adapt(sa_connection), "state").begin_locked("id-0"), adapt(sa_connection))
     with Session(engine) as session, pytest.raises(ConfigError, match="Session"):
         adapt(session)
     with pytest.raises(ConfigError, match="not a DB-API"):
@@ -77,11 +79,11 @@ def test_the_state_table_is_made_only_when_missing_and_allowed(tmp_path):
     path = tmp_path / "app.db"
     connection = adapt(sqlite3.connect(path))
     with pytest.raises(ConfigError, match="CREATE TABLE IF NOT EXISTS state"):
-        StateTable(connection, "state", create=False).begin_locked("id-0")
+        run(StateTable(connection, "state", create=False).begin_locked("id-0"), connection)
     assert not connection.in_transaction()
-    StateTable(connection, "state").begin_locked("id-0")
+    run(StateTable(connection, "state").begin_locked("id-0"), connection)
     connection.commit()
-    StateTable(connection, "state", create=False).begin_locked("id-0")  # exists now: only checked
+    run(StateTable(connection, "state", create=False).begin_locked("id-0"), connection)  # exists now: only checked
     connection.rollback()
 
 
@@ -95,16 +97,16 @@ def test_the_ddl_names_only_plain_identifiers():
 def test_the_block_savepoint_tells_an_ended_transaction(tmp_path, end):
     connection = adapt(sqlite3.connect(tmp_path / "app.db"))
     table = StateTable(connection, "state")
-    table.begin_locked("id-0")
-    table.mark_block()
-    assert not table.block_ended()
-    table.release_block()
+    run(table.begin_locked("id-0"), connection)
+    perform(table.mark_block(), connection)
+    assert not run(table.block_ended(), connection)
+    perform(table.release_block(), connection)
     connection.rollback()
-    table.begin_locked("id-0")
-    table.mark_block()
+    run(table.begin_locked("id-0"), connection)
+    perform(table.mark_block(), connection)
     getattr(connection, end)()  # the application ends the transaction inside the block
     connection.cursor().execute("INSERT INTO state (transactional_id) VALUES ('other')")
     with pytest.raises(sqlite3.OperationalError, match="no such savepoint"):
-        table.release_block()
-    assert table.block_ended()
+        perform(table.release_block(), connection)
+    assert run(table.block_ended(), connection)
     connection.rollback()
