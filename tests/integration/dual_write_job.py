@@ -10,18 +10,20 @@ record each, one dual-write transaction per order) and SIGKILLs itself at order 
 
 CONFIG_JSON: more producer settings (e.g. a transaction.timeout.ms the broker's maximum allows).
 
-DB is ``sqlite:PATH`` or a libpq connection string. The connection is a subclass of the driver's own class (its
-commit kills the process where the mode says), as an application's may be."""
+DB is ``sqlite:PATH``, a libpq connection string, or ``async:`` and one (AsyncDualWriter on psycopg's
+AsyncConnection). The connection is a subclass of the driver's own class (its commit kills the process where the
+mode says), as an application's may be."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import sqlite3
 import sys
 
-from kafka2pc.dualwrite import DualWriter
+from kafka2pc.dualwrite import AsyncDualWriter, DualWriter
 
 
 def die() -> None:
@@ -57,11 +59,46 @@ def connect(db: str):
     return KillingPostgres.connect(db)
 
 
+async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill_at: int, mode: str) -> None:
+    """The same order service on AsyncDualWriter: the same kills, at the same points."""
+    import psycopg  # noqa: PLC0415
+
+    class KillingAsyncPostgres(psycopg.AsyncConnection):
+        arm: str | None = None
+
+        async def commit(self) -> None:
+            if self.arm == "b":
+                die()
+            await super().commit()
+            if self.arm == "c":
+                die()
+
+    connection = await KillingAsyncPostgres.connect(dsn)
+    writer = AsyncDualWriter(connection, config)
+    await writer.recover()
+    for order in orders:
+        async with writer.transaction() as tx:
+            await tx.connection.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+            tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
+            if order == kill_at:
+                if mode == "a":
+                    die()
+                connection.arm = mode if mode in ("b", "c") else None
+        if order == kill_at and mode == "d":
+            die()
+    await writer.close()
+
+
 def main() -> int:
     db, bootstrap, topic, transactional_id = sys.argv[1:5]
     first, count, kill_at = map(int, sys.argv[5:8])
     mode = sys.argv[8]
     extra = json.loads(sys.argv[9]) if len(sys.argv) > 9 else {}
+    if db.startswith("async:"):
+        config = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **extra}
+        asyncio.run(write_async(db.removeprefix("async:"), config, topic, range(first, first + count),
+                                kill_at=kill_at, mode=mode))
+        return 0
     connection = connect(db)
     writer = DualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **extra})
     writer.recover()

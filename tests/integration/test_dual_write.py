@@ -7,6 +7,7 @@ After every recovery the order ids committed in the database must equal the keys
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import json
@@ -24,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from kafka2pc.dualwrite import DualWriter, DualWriterPool
+from kafka2pc.cluster import ClusterClient
+from kafka2pc.config import ClientConfig
+from kafka2pc.dualwrite import AsyncDualWriter, DualWriter, DualWriterPool
 from kafka2pc.errors import (
     DualWriteRecoveryError,
     Kafka2pcError,
@@ -34,6 +37,7 @@ from kafka2pc.errors import (
 )
 from kafka2pc.testing import PRE_2PC_KAFKA_VERSION, BrokerSettings
 from kafka2pc.testing.verify import read_records
+from kafka2pc.transaction_control import TransactionControl
 from kafka2pc_harness.proxy import FaultProxy
 
 psycopg = pytest.importorskip("psycopg")
@@ -112,10 +116,24 @@ def run_job(db: Database, bootstrap: str, topic: str, transactional_id: str, *, 
     assert job.returncode == -9, job.stderr[-3000:]
 
 
+def recover_async(db: Database, bootstrap: str, transactional_id: str, config: dict[str, Any] | None = None) -> None:
+    """What ``recover`` does, by AsyncDualWriter on psycopg's AsyncConnection."""
+    async def run() -> None:
+        connection = await psycopg.AsyncConnection.connect(db.url.removeprefix("async:"))
+        async with AsyncDualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                                                **(config or {})}) as writer:
+            await writer.recover()
+        await connection.close()
+
+    asyncio.run(run())
+
+
 def kill_and_recover(db: Database, bootstrap: str, topic: str, modes: list[str], *, seed: int,
-                     config: dict[str, Any] | None = None) -> collections.Counter[str]:
+                     config: dict[str, Any] | None = None,
+                     recover: Callable[..., None] = recover,
+                     transactional_id: str | None = None) -> collections.Counter[str]:
     """Writers killed in ``modes`` (shuffled), a successor recovering after each: DB ids == Kafka keys every time."""
-    transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
+    transactional_id = transactional_id or f"orders-{uuid.uuid4().hex[:6]}"
     rng = random.Random(seed)
     rounds = list(modes)
     rng.shuffle(rounds)
@@ -142,6 +160,26 @@ def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database,
                              seed=int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))
     print(f"\n{sum(kills.values())} kills {dict(sorted(kills.items()))}: DB ids == Kafka keys after each recovery "
           f"({len(database.ids())} orders)")
+
+
+@pytest.mark.timeout(600)
+def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(postgres_dsn, kafka, topic_factory):
+    """AsyncDualWriter on psycopg's AsyncConnection, SIGKILLed in each mode; each successor (async too) recovers."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    scoped, _ = schema_database(postgres_dsn)
+    create_orders(scoped)
+    database = Database(f"async:{scoped.url}", scoped.connect, "%s")
+    transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
+    kills = kill_and_recover(database, bootstrap, topic, [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)],
+                             seed=int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "11")), recover=recover_async,
+                             transactional_id=transactional_id)
+    ids, keys = database.ids(), [r.key for r in read_records(bootstrap, topic)]
+    assert len(keys) == len(set(keys)) == len(ids), "duplicates in Kafka"
+    with ClusterClient(ClientConfig.for_bootstrap(bootstrap)) as client:
+        left = TransactionControl(client).describe(transactional_id)
+    assert left is not None and left.state in ("Empty", "CompleteCommit", "CompleteAbort"), left
+    print(f"\n{sum(kills.values())} kills {dict(sorted(kills.items()))}: DB ids == Kafka keys after each async "
+          f"recovery ({len(ids)} orders, no duplicates, {transactional_id} {left.state})")
 
 
 @pytest.mark.timeout(300)

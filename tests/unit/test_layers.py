@@ -101,6 +101,20 @@ def test_the_core_does_no_io(module, path):
     assert wrong == [], f"{module} imports {wrong}"
 
 
+#: the dual write's sans-IO modules: the protocol decides, its edges (blocking.py, aio.py) do the I/O
+DUAL_WRITE_SANS_IO = ("kafka2pc.dualwrite.actions", "kafka2pc.dualwrite.protocol", "kafka2pc.dualwrite.state_table",
+                      "kafka2pc.dualwrite.recovery", "kafka2pc.dualwrite.outcome")
+
+
+@pytest.mark.parametrize(("module", "path"), [(m, p) for m, p in MODULES if m in DUAL_WRITE_SANS_IO],
+                         ids=[m for m, _ in MODULES if m in DUAL_WRITE_SANS_IO])
+def test_the_dual_write_protocol_does_no_io(module, path):
+    wrong = [target for target in imports(module, path)
+             if target.split(".")[0] in CORE_FORBIDDEN or target in ("kafka2pc.dualwrite.blocking",
+                                                                     "kafka2pc.dualwrite.aio")]
+    assert wrong == [], f"{module} imports {wrong}"
+
+
 def test_the_runtime_never_imports_the_harness():
     """kafka2pc_harness is not installed with kafka2pc: no module of the runtime wheel may import it."""
     wrong = [(module, target) for module, path in MODULES for target in imports(module, path)

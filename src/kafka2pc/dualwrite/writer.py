@@ -6,32 +6,18 @@ SQLAlchemy connections. :mod:`kafka2pc.dualwrite.aio` is the asyncio one."""
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from kafka2pc.cluster import ClusterClient
-from kafka2pc.config import ClientConfig, ProducerConfig
-from kafka2pc.config.keys import PRODUCER_KEYS
 from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import Lease
-from kafka2pc.dualwrite.protocol import WriterProtocol
 from kafka2pc.dualwrite.state_table import StateTable
-from kafka2pc.errors import ConfigError, DualWriteUsageError
-from kafka2pc.producer import Transport, TwoPhaseProducer
-from kafka2pc.transaction_control import ControlTransport, TransactionControl
+from kafka2pc.dualwrite.writer_parts import ClusterTransport, WriterCluster, transactional_id_of, writer_protocol
+from kafka2pc.errors import DualWriteUsageError
+from kafka2pc.producer import TwoPhaseProducer
 
-log = logging.getLogger(__name__)
-
-#: the clock of two-phase decisions (monotonic)
-_now = time.monotonic
-
-
-class ClusterTransport(Transport, ControlTransport, Protocol):
-    """What a dual writer needs of a cluster when it is not given a real one (a coordinator model, in tests)."""
+__all__ = ["ClusterTransport", "DualWriteTransaction", "DualWriter"]
 
 
 class DualWriteTransaction:
@@ -61,45 +47,12 @@ class DualWriter:
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
                  transport: ClusterTransport | None = None, lease: Lease | None = None, lease_s: float = 15.0):
-        self.transactional_id = str(config.get("transactional.id") or "")
-        if not self.transactional_id:
-            raise ConfigError("transactional.id", "is required: one writer instance = one transactional id")
+        self.transactional_id = transactional_id_of(config)
         self._db = adapt(connection)
         self._table = StateTable(self._db, state_table, create=create_state_table)
-        self._config, self._two_phase_commit = dict(config), two_phase_commit
-        producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
-        self._client: ClusterClient | None = None
-        if transport is None:
-            self._client = ClusterClient(ClientConfig.from_dict(dict(config), consumed_elsewhere=PRODUCER_KEYS),
-                                         bootstrap_timeout_s=producer_config.max_block_ms / 1000,
-                                         client_id=f"kafka2pc-{self.transactional_id}")
-        self._transport = transport
-        owner = lease.token if lease is not None else uuid.uuid4().hex
-        # a leased writer's transactions end themselves when left idle in the database for a lease (a frozen
-        # process: its row frees for a claim); a recovery's waits on Kafka (up to max.block.ms) get that long more
-        recovery_idle_limit_ms: int | None = None
-        if lease is not None:
-            self._table.idle_limit_ms = int(lease_s * 1000)
-            recovery_idle_limit_ms = max(int(lease_s * 1000), producer_config.max_block_ms + 5000)
-        self._protocol = WriterProtocol(
-            self.transactional_id, self._db, self._table, new_producer=self._new_producer,
-            new_control=self._control, two_phase_commit=two_phase_commit, owner=owner,
-            lease=(lease.token, lease_s) if lease is not None else None, recovery_idle_limit_ms=recovery_idle_limit_ms,
-            # the metrics' prefix label: a pool's (its ids are <prefix>-<n>), else this writer's id
-            metric_prefix=self.transactional_id.rsplit("-", 1)[0] if lease is not None else self.transactional_id,
-            now=_now)
+        self._cluster = WriterCluster(config, two_phase_commit=two_phase_commit, transport=transport)
+        self._protocol = writer_protocol(self._db, self._table, self._cluster, lease=lease, lease_s=lease_s)
         self._in_block = False
-
-    def _new_producer(self) -> TwoPhaseProducer:
-        if self._client is not None:
-            return TwoPhaseProducer(self._config, two_phase_commit=self._two_phase_commit, cluster=self._client)
-        return TwoPhaseProducer(self._config, two_phase_commit=self._two_phase_commit, transport=self._transport)
-
-    def _control(self) -> TransactionControl:
-        if self._client is not None:
-            return TransactionControl(self._client)
-        assert self._transport is not None
-        return TransactionControl(self._transport)
 
     @property
     def connection(self) -> Any:
@@ -169,8 +122,7 @@ class DualWriter:
         time recovers cleanly), and release the producer and the Kafka connections (not the DB connection, which
         the caller owns). An unfinished transaction is left to the next recovery."""
         blocking.run(self._protocol.close(), self._db)
-        if self._client is not None:
-            self._client.close()
+        self._cluster.close()
         self._db.close()
 
     def __enter__(self) -> DualWriter:
