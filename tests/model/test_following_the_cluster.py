@@ -12,7 +12,7 @@ import pytest
 from kafka2pc._core.initialization import DECISION_STANDS_S, VERSIONS_MAX_AGE_S
 from kafka2pc._core.messages import ClusterFacts, FactsAnswer, ReadClusterFacts
 from kafka2pc.dualwrite import DualWriter
-from kafka2pc.dualwrite import writer as dual_writer
+from kafka2pc.dualwrite import writer_parts as dual_writer
 from kafka2pc.sink.integration import Committer, Decision, FileDecisionLog, SubtaskWriter
 from kafka2pc.transaction_control import TransactionControl
 

@@ -14,7 +14,7 @@ from kafka2pc._core import codes
 from kafka2pc._core.initialization import DECISION_STANDS_S
 from kafka2pc._core.messages import ClusterFacts, InitAnswer, InitProducerId
 from kafka2pc.dualwrite import DualWriter
-from kafka2pc.dualwrite import writer as dual_writer
+from kafka2pc.dualwrite import writer_parts as dual_writer
 from kafka2pc.errors import BrokerUnavailableError, FatalError
 
 from .coordinator import CoordinatorModel, ModelTransport

@@ -20,6 +20,10 @@ from kafka2pc.producer import Transport, TwoPhaseProducer
 from kafka2pc.transaction_control import ControlTransport, TransactionControl
 
 
+#: the clock of two-phase decisions (monotonic)
+_now = time.monotonic
+
+
 class ClusterTransport(Transport, ControlTransport, Protocol):
     """What a dual writer needs of a cluster when it is not given a real one (a coordinator model, in tests)."""
 
@@ -78,4 +82,4 @@ def writer_protocol(db: DbapiConnection, table: StateTable, cluster: WriterClust
         lease=(lease.token, lease_s) if lease is not None else None, recovery_idle_limit_ms=recovery_idle_limit_ms,
         # the metrics' prefix label: a pool's (its ids are <prefix>-<n>), else this writer's id
         metric_prefix=transactional_id.rsplit("-", 1)[0] if lease is not None else transactional_id,
-        now=time.monotonic)
+        now=_now)
