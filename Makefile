@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KAFKA2PC_JARS_DIR := $(CURDIR)/.kafka-jars
 PYTEST_ARGS ?=
 
-.PHONY: setup jars s3a-jars postgres lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery profile-dual-write chaos soak clean
+.PHONY: setup jars s3a-jars postgres mariadb lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery profile-dual-write chaos soak clean
 
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -33,6 +33,12 @@ postgres:
 	  echo "installing PostgreSQL's server (Debian: apt-get install postgresql)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+# The MariaDB dual-write tests need MariaDB's server binaries (the tests start and stop it in a temporary folder).
+mariadb:
+	@command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -n "$$KAFKA2PC_MARIADB_URL" ] || { \
+	  echo "installing MariaDB's server (Debian: apt-get install mariadb-server)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; }
+
 lint: setup
 	$(VENV)/bin/ruff check src harness tests examples benchmarks
 	$(VENV)/bin/mypy
@@ -44,7 +50,7 @@ docs: setup
 
 # The default suite: unit tests and integration tests against real brokers; long runs are marked slow. Two workers,
 # each with its own brokers and Spark cluster, handed the tests longest first (tests/conftest.py).
-test: jars s3a-jars postgres lint docs
+test: jars s3a-jars postgres mariadb lint docs
 	$(PY) -m pytest -m "not slow" -n 2 --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 demo: jars

@@ -10,9 +10,9 @@ record each, one dual-write transaction per order) and SIGKILLs itself at order 
 
 CONFIG_JSON: more producer settings (e.g. a transaction.timeout.ms the broker's maximum allows).
 
-DB is ``sqlite:PATH``, a libpq connection string, or ``async:`` and one (AsyncDualWriter on psycopg's
-AsyncConnection). The connection is a subclass of the driver's own class (its commit kills the process where the
-mode says), as an application's may be."""
+DB is ``sqlite:PATH``, ``mysql://...`` (MariaDB through PyMySQL), a libpq connection string, or ``async:`` and
+one (AsyncDualWriter on psycopg's AsyncConnection). The connection is a subclass of the driver's own class (its
+commit kills the process where the mode says), as an application's may be."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ def connect(db: str):
     if db.startswith("sqlite:"):
         return sqlite3.connect(db.removeprefix("sqlite:"), factory=KillingSqlite, timeout=30,
                                check_same_thread=False)  # the pool job lends it to its threads
+    if db.startswith("mysql:"):
+        import pymysql  # noqa: PLC0415
+
+        from kafka2pc_harness.mariadb import connect as connect_mariadb  # noqa: PLC0415
+
+        class KillingPyMySQL(Killing, pymysql.connections.Connection):
+            pass
+
+        return connect_mariadb(db, factory=KillingPyMySQL)
     import psycopg  # noqa: PLC0415
 
     class KillingPostgres(Killing, psycopg.Connection):

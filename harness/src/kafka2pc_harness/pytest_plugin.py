@@ -8,6 +8,8 @@ Fixtures:
     listeners, certificates made at start (:class:`kafka2pc_harness.secured.SecuredKafka`; local backend).
     ``postgres_dsn`` (session): a libpq connection string of a real PostgreSQL server (started from Debian's
     binaries, or ``KAFKA2PC_POSTGRES_DSN``).
+    ``mariadb_url`` (session): ``mysql://root@127.0.0.1:PORT/kafka2pc`` of a real MariaDB server (Debian's
+    binaries, or ``KAFKA2PC_MARIADB_URL``); :func:`kafka2pc_harness.mariadb.connect` opens PyMySQL connections.
     ``s3_server`` (session): moto's S3-API server with a bucket; its endpoint and keys set in the environment.
     ``gcs_server``, ``azure_storage`` (session): fake-gcs-server and Azurite, their variables set in the environment.
     ``hdfs`` (module): Hadoop's mini HDFS cluster; ``HADOOP_CONF_DIR`` set in the environment meanwhile.
@@ -49,6 +51,20 @@ def postgres_dsn() -> Iterator[str]:
     except HarnessSetupError as exc:
         pytest.fail(f"could not provide PostgreSQL: {exc}", pytrace=False)
     yield dsn
+    context.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """A real MariaDB server for the session."""
+    from kafka2pc_harness.mariadb import mariadb_url as provide  # noqa: PLC0415 - only tests that need one
+
+    try:
+        context = provide()
+        url = context.__enter__()
+    except HarnessSetupError as exc:
+        pytest.fail(f"could not provide MariaDB: {exc}", pytrace=False)
+    yield url
     context.__exit__(None, None, None)
 
 

@@ -1,4 +1,4 @@
-"""The database connection a dual writer works through: a DB-API 2.0 connection (sqlite3, psycopg 3, or
+"""The database connection a dual writer works through: a DB-API 2.0 connection (sqlite3, psycopg 3, PyMySQL, or
 SQLAlchemy's ``engine.raw_connection()``), or a SQLAlchemy ``Connection`` or ``Engine``.
 
 With SQLAlchemy, transactions begin, commit and roll back through its ``Connection`` (so its own view of the
@@ -10,6 +10,14 @@ import sys
 from typing import Any
 
 from kafka2pc.errors import ConfigError
+
+#: the DB-API modules of MySQL's and MariaDB's drivers
+_MYSQL_DRIVERS = frozenset({"pymysql", "MySQLdb"})
+
+
+def is_closed(connection: Any) -> bool:
+    """Whether a driver's connection is known to be closed (psycopg's and sqlite3's ``closed``, PyMySQL's ``open``)."""
+    return bool(getattr(connection, "closed", False)) or getattr(connection, "open", True) is False
 
 
 def driver_module(dbapi_connection: Any) -> Any:
@@ -31,6 +39,8 @@ class DbapiConnection:
         self._dbapi = getattr(connection, "dbapi_connection", None) or connection
         self.module = driver_module(self._dbapi)
         self.sqlite = self.module is not None and self.module.__name__ == "sqlite3"
+        #: MySQL or MariaDB (PyMySQL, mysqlclient)
+        self.mysql = self.module is not None and self.module.__name__ in _MYSQL_DRIVERS
 
     @property
     def dbapi(self) -> Any:
@@ -62,6 +72,8 @@ class DbapiConnection:
         if self.sqlite:
             # Python 3.12's autocommit=False keeps a transaction open at all times (PEP 249): an empty one is ours
             return bool(self._dbapi.in_transaction) and not self.implicit_transactions
+        if self.mysql:  # the server's status flags of the last answer: SERVER_STATUS_IN_TRANS
+            return bool(int(getattr(self._dbapi, "server_status", 0) or 0) & 1)
         status = getattr(getattr(self._dbapi, "info", None), "transaction_status", None)
         # psycopg: ACTIVE, INTRANS, INERROR; not IDLE (0) nor UNKNOWN (4: the connection is lost, and the next
         # statement raises the driver's own error for it)
@@ -73,7 +85,8 @@ class DbapiConnection:
         return self.sqlite and getattr(self._dbapi, "autocommit", None) is False
 
     def check_not_autocommit(self) -> None:
-        if getattr(self._dbapi, "autocommit", False) is True:
+        getter = getattr(self._dbapi, "get_autocommit", None)  # PyMySQL, mysqlclient: autocommit is a method there
+        if getattr(self._dbapi, "autocommit", False) is True or (callable(getter) and getter()):
             raise ConfigError("connection", "is in autocommit mode: a dual write needs the connection's transactions "
                                             "(set autocommit = False)")
 

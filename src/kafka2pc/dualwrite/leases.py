@@ -21,7 +21,7 @@ import attrs
 
 from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.state_table import StateTable
-from kafka2pc.errors import PoolTimeoutError
+from kafka2pc.errors import ConfigError, PoolTimeoutError
 
 #: how many times a claim reads the highest id again when concurrent claims insert the next one first
 _INSERT_ATTEMPTS = 64
@@ -66,6 +66,10 @@ class LeaseTable:
     """The lease statements, on one connection (a StateTable's), each in a transaction of its own."""
 
     def __init__(self, table: StateTable, prefix: str, *, lease_s: float = 15.0):
+        if table.mysql:
+            raise ConfigError("connection", "is MySQL/MariaDB, where DualWriterPool does not lease ids yet (no "
+                                            "idle-transaction limit to free a frozen process's row): use one "
+                                            "DualWriter per transactional id (docs/dual-write.md, MySQL and MariaDB)")
         self.table, self.prefix, self.lease_s = table, prefix, lease_s
         self._db = table.connection
         # the ids of a fleet are a primary-key range: '<prefix>-' <= id < '<prefix>.' ('.' follows '-')

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafka2pc.dualwrite.connection import adapt
+from kafka2pc.dualwrite.connection import adapt, is_closed
 from kafka2pc.dualwrite.leases import Lease, LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.upkeep import WriterView
@@ -349,4 +349,4 @@ def _close_connection(connection: Any) -> None:
 def connection_broken(writer: DualWriter, exc: BaseException) -> bool:
     """Whether ``exc`` came with the database connection failing (not a statement): a connection that is now
     closed (psycopg: a lost server, a session PostgreSQL ended), or SQLAlchemy's disconnect."""
-    return bool(getattr(exc, "connection_invalidated", False) or getattr(writer.connection, "closed", False))
+    return bool(getattr(exc, "connection_invalidated", False)) or is_closed(writer.connection)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kafka2pc import metrics
 from kafka2pc.dualwrite.actions import Block, Call, Commit, Rollback, Steps
-from kafka2pc.dualwrite.connection import DbapiConnection
+from kafka2pc.dualwrite.connection import DbapiConnection, is_closed
 from kafka2pc.dualwrite.outcome import CommitOutcome, judge_failed_commit
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
@@ -214,7 +214,7 @@ class WriterProtocol:
                                    token=token, completed=False, lease=self.lease)
         except Exception as exc:
             ended = (savepoint_held and not isinstance(exc, DualWriteUsageError) and not self.session_lost(exc)
-                     and (yield from table.block_ended()))
+                     and not table.is_failed_transaction(exc) and (yield from table.block_ended()))
             yield from self._roll_back_both()
             if ended:
                 raise self._block_ended_error(exc, session_gone=self.session_lost(exc)) from exc
@@ -273,7 +273,7 @@ class WriterProtocol:
     def session_lost(self, exc: BaseException) -> bool:
         """Whether the database session ended under the block (a lost server, PostgreSQL ending a session idle in
         its transaction for a lease): the database's own error says so, not a usage error."""
-        return self.table.session_ended(exc) or bool(getattr(self.db.given, "closed", False))
+        return self.table.session_ended(exc) or is_closed(self.db.given)
 
     def _block_ended_error(self, exc: BaseException, *, session_gone: bool = False) -> DualWriteUsageError:
         # a session the database ended (its own idle_in_transaction_session_timeout, a restart, a pooler) also ends

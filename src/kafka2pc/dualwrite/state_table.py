@@ -2,8 +2,9 @@
 application's rows. The row names the last Kafka transaction the database committed (its prepared state), and the
 writer instance that owns the id (a token a successor replaces, fencing the predecessor in the database too).
 
-Works with any DB-API 2.0 connection; sqlite3 and psycopg 3 are the tested ones (they differ in placeholders and in
-how a transaction takes the write lock: ``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE`` elsewhere)."""
+Works with any DB-API 2.0 connection; sqlite3, psycopg 3 and PyMySQL (MariaDB) are the tested ones (they differ in
+placeholders, in how a transaction takes the write lock: ``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE``
+elsewhere, and in how a missing row is made)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import attrs
 
 from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Sleep, Sql, Steps
-from kafka2pc.dualwrite.connection import DbapiConnection
+from kafka2pc.dualwrite.connection import DbapiConnection, is_closed
 from kafka2pc.dualwrite.outcome import ReadBack
 from kafka2pc.errors import ConfigError, ProducerFencedError, UsageError
 from kafka2pc.prepared_state import PreparedTxnState
@@ -72,7 +73,10 @@ _BLOCK_SAVEPOINT = "kafka2pc_dual_write_block"
 _COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase, txn_token"
 #: the database's clock, in seconds since the epoch: leases are timed by it, never by a client's clock
 NOW_SQL = {"sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+           "mysql": "UNIX_TIMESTAMP(SYSDATE(6))",
            "other": "EXTRACT(EPOCH FROM clock_timestamp())"}
+#: MySQL/MariaDB errors after which the server has rolled the whole transaction back (a deadlock's victim)
+_MYSQL_TRANSACTION_ROLLED_BACK = frozenset({1213})
 
 
 def _stored(row: Sequence[Any]) -> StoredState:
@@ -92,6 +96,15 @@ def _sqlstate(exc: BaseException) -> str | None:
         state = getattr(candidate, "sqlstate", None)
         if isinstance(state, str):
             return state
+    return None
+
+
+def _mysql_errno(exc: BaseException) -> int | None:
+    """The error number PyMySQL and mysqlclient carry as their first argument (of the error SQLAlchemy wraps too)."""
+    for candidate in (exc, getattr(exc, "orig", None)):
+        args = getattr(candidate, "args", ())
+        if args and isinstance(args[0], int):
+            return args[0]
     return None
 
 
@@ -116,8 +129,8 @@ class StateTable:
         self._table_checked = False
         #: whether the table has the lease columns (a table made before them works unleased)
         self.leasing = False
-        self.sqlite = connection.sqlite
-        self.now = NOW_SQL["sqlite" if self.sqlite else "other"]
+        self.sqlite, self.mysql = connection.sqlite, connection.mysql
+        self.now = NOW_SQL["sqlite" if self.sqlite else "mysql" if self.mysql else "other"]
         style = getattr(connection.module, "paramstyle", "qmark")
         self._p = "?" if style == "qmark" else "%s"
         self.errors = connection.module  # DB-API exception classes live on the driver module
@@ -158,7 +171,7 @@ class StateTable:
         for attempt in range(_DDL_ATTEMPTS):
             try:
                 yield Begin()
-                if not self.sqlite:
+                if not self.sqlite and not self.mysql:
                     yield Sql("SET LOCAL lock_timeout = '2s'")
                 for statement in statements:
                     yield Sql(statement)
@@ -196,6 +209,9 @@ class StateTable:
             if self.sqlite:
                 row = yield Sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,),
                                 Fetch.ONE)
+            elif self.mysql:
+                row = yield Sql("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() "
+                                "AND table_name = %s", (self.table,), Fetch.ONE)
             else:  # PostgreSQL: the table as the connection's search_path finds it
                 row = yield Sql("SELECT to_regclass(%s) IS NOT NULL", (self.table,), Fetch.ONE)
             return bool(row and row[0])
@@ -223,7 +239,16 @@ class StateTable:
                 yield self._insert_row(transactional_id)
             limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
             row = yield from self._select_locked(transactional_id, limit)
-            if row is None:  # a new id: one more round trip, once
+            if row is None and self.mysql:
+                # InnoDB's locking read of a missing row took a gap lock, which two writers' new ids can share: both
+                # inserting would deadlock. So the row is made in a transaction of its own, once, then locked
+                yield Rollback()
+                yield Begin()
+                yield self._insert_row(transactional_id)
+                yield Commit()
+                yield Begin()
+                row = yield from self._select_locked(transactional_id, limit)
+            elif row is None:  # a new id: one more round trip, once
                 yield self._insert_row(transactional_id)
                 row = yield from self._select_locked(transactional_id, limit)
             return _stored(row)
@@ -233,11 +258,13 @@ class StateTable:
             raise
 
     def _insert_row(self, transactional_id: str) -> Sql:
+        if self.mysql:
+            return Sql(self.sql(f"INSERT IGNORE INTO {self.table} (transactional_id) VALUES (?)"), (transactional_id,))
         return Sql(self.sql(f"INSERT INTO {self.table} (transactional_id) VALUES (?) "
                             "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
 
     def _select_locked(self, transactional_id: str, idle_limit_ms: int | None) -> Steps[Any]:
-        if self.sqlite or idle_limit_ms is None:
+        if self.sqlite or self.mysql or idle_limit_ms is None:  # MySQL: no idle limit per transaction (no leases)
             lock = "" if self.sqlite else " FOR UPDATE"
             return (yield Sql(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
                               (transactional_id,), Fetch.ONE))
@@ -290,9 +317,11 @@ class StateTable:
         next: then nobody can tell."""
         return self.session_ended(exc) and self.session_idle_limit_ms == 0
 
-    @staticmethod
-    def is_failed_transaction(exc: BaseException) -> bool:
-        """Whether a statement failed because an earlier one aborted the transaction (PostgreSQL's 25P02)."""
+    def is_failed_transaction(self, exc: BaseException) -> bool:
+        """Whether a statement failed because an earlier one aborted the transaction (PostgreSQL's 25P02), or the
+        server rolled the whole transaction back (MySQL's deadlock victim)."""
+        if self.mysql:
+            return _mysql_errno(exc) in _MYSQL_TRANSACTION_ROLLED_BACK
         return getattr(exc, "sqlstate", None) == "25P02"
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
@@ -353,7 +382,7 @@ class StateTable:
             row = yield from self.read(transactional_id)
         except Exception:
             return ReadBack(token_seen=None, same_session=False)
-        same = session is not None and self.connection.session() is session and not getattr(session, "closed", False)
+        same = session is not None and self.connection.session() is session and not is_closed(session)
         return ReadBack(token_seen=row is not None and row.token == token, same_session=same)
 
     def is_definite_failure(self, exc: BaseException) -> bool:

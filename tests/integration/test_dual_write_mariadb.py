@@ -1,0 +1,147 @@
+"""DualWriter on MariaDB through PyMySQL, against a real broker and a real MariaDB server (Debian's mariadb-server,
+started by the harness): the four failure modes, and what MySQL does differently from PostgreSQL (a locking read of
+a missing row takes a gap lock; a deadlock rolls the whole transaction back; savepoints)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import pytest
+
+from kafka2pc.dualwrite import DualWriter, DualWriterPool, DualWriteUsageError
+from kafka2pc.errors import ConfigError
+
+from .test_dual_write import Database, kafka_keys, kill_and_recover
+
+pymysql = pytest.importorskip("pymysql")
+mariadb = pytest.importorskip("kafka2pc_harness.mariadb")
+pytestmark = pytest.mark.integration
+KILLS_PER_MODE = int(os.environ.get("KAFKA2PC_DUAL_WRITE_KILLS", "3"))
+
+
+class MariaDatabase(Database):
+    def ids(self) -> list[int]:
+        connection = self.connect()
+        try:
+            cursor = connection.cursor()
+            cursor.execute("SELECT id FROM orders ORDER BY id")
+            return [row[0] for row in cursor.fetchall()]
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def database(mariadb_url) -> MariaDatabase:
+    """A database of its own on the session's MariaDB server, with the orders table."""
+    name = f"d_{uuid.uuid4().hex[:10]}"
+    with mariadb.connect(mariadb_url) as admin:
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+    url = mariadb_url.rsplit("/", 1)[0] + f"/{name}"
+    db = MariaDatabase(url, lambda: mariadb.connect(url), "%s")
+    connection = db.connect()
+    connection.cursor().execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)")
+    connection.commit()
+    connection.close()
+    return db
+
+
+def writer(db: Database, bootstrap: str, transactional_id: str, connection=None) -> DualWriter:
+    return DualWriter(connection or db.connect(), {"bootstrap.servers": bootstrap,
+                                                   "transactional.id": transactional_id})
+
+
+@pytest.mark.timeout(600)
+def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    kills = kill_and_recover(database, bootstrap, topic, [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)],
+                             seed=int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "13")))
+    keys = kafka_keys(bootstrap, topic)
+    assert keys == database.ids() and len(set(keys)) == len(keys)
+    print(f"\n{sum(kills.values())} kills {dict(sorted(kills.items()))} on MariaDB: DB ids == Kafka keys after each "
+          f"recovery ({len(keys)} orders)")
+
+
+def test_an_application_commit_inside_the_block_ends_it_with_an_error(database, kafka, topic_factory):
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    connection = database.connect()
+    dual = writer(database, bootstrap, f"c-{uuid.uuid4().hex[:6]}", connection)
+    with pytest.raises(DualWriteUsageError, match="committed or rolled back inside"), dual.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (1, 1)")
+        tx.produce(topic, value=b"1", key=b"1")
+        connection.commit()  # the application's own commit: MySQL ends the savepoint with the transaction
+    with dual.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (2, 2)")
+        tx.produce(topic, value=b"2", key=b"2")
+    dual.close()
+    assert kafka_keys(bootstrap, topic) == [2]  # order 1's row was committed by the application, without its event
+
+
+def test_a_deadlock_inside_the_block_is_the_databases_error_not_a_usage_error(database, kafka, topic_factory):
+    """InnoDB rolls a deadlock's victim back whole (error 1213), savepoints and all: the writer reports the
+    database's error and rolls Kafka back, as for any failed statement, not as an application commit."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    setup = database.connect()
+    setup.cursor().execute("INSERT INTO orders VALUES (100, 0), (200, 0)")
+    setup.commit()
+    other = database.connect()
+    dual = writer(database, bootstrap, f"d-{uuid.uuid4().hex[:6]}")
+    locked = threading.Event()
+
+    def the_other_transaction() -> None:
+        cursor = other.cursor()
+        # InnoDB picks the victim that changed fewer rows: this one changes many, so the block's is picked
+        cursor.executemany("INSERT INTO orders VALUES (%s, 0)", [(n,) for n in range(1000, 1200)])
+        cursor.execute("UPDATE orders SET amount = 1 WHERE id = 200")
+        locked.set()
+        cursor.execute("UPDATE orders SET amount = 1 WHERE id = 100")  # waits for the block: the cycle
+        other.rollback()
+
+    with pytest.raises(pymysql.err.OperationalError) as raised, dual.transaction() as tx:
+        tx.cursor.execute("UPDATE orders SET amount = 2 WHERE id = 100")
+        tx.produce(topic, value=b"100", key=b"100")
+        thread = threading.Thread(target=the_other_transaction)
+        thread.start()
+        assert locked.wait(10)
+        tx.cursor.execute("UPDATE orders SET amount = 2 WHERE id = 200")  # closes the cycle: this one is the victim
+    thread.join(30)
+    assert raised.value.args[0] == 1213, raised.value
+    with dual.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (3, 3)")
+        tx.produce(topic, value=b"3", key=b"3")
+    dual.close()
+    assert kafka_keys(bootstrap, topic) == [3]
+
+
+def test_new_ids_locked_at_once_never_deadlock(database, kafka, topic_factory):
+    """Eight writers with new ids (their rows missing, one gap of the index) take their first lock at once: none
+    dies a deadlock's victim, as two inserts under two gap locks would."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    writers = [writer(database, bootstrap, f"g-{uuid.uuid4().hex[:6]}-{n}") for n in range(8)]
+    start, failures = threading.Barrier(len(writers)), []
+
+    def one(index: int, dual: DualWriter) -> None:
+        try:
+            start.wait(10)
+            with dual.transaction() as tx:
+                tx.cursor.execute("INSERT INTO orders VALUES (%s, 0)", (index,))
+                tx.produce(topic, value=str(index).encode(), key=str(index).encode())
+        except Exception as exc:
+            failures.append(repr(exc))
+
+    threads = [threading.Thread(target=one, args=(n, w)) for n, w in enumerate(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for dual in writers:
+        dual.close()
+    assert failures == []
+    assert database.ids() == kafka_keys(bootstrap, topic) == list(range(8))
+
+
+def test_a_pool_on_mariadb_is_refused_with_a_clear_error(database, kafka):
+    with pytest.raises(ConfigError, match="MySQL/MariaDB"):
+        DualWriterPool(database.connect, {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": "p"},
+                       size=1)
