@@ -19,7 +19,6 @@ from kafka2pc.errors import ConfigError
 from kafka2pc.producer import Transport, TwoPhaseProducer
 from kafka2pc.transaction_control import ControlTransport, TransactionControl
 
-
 #: the clock of two-phase decisions (monotonic)
 _now = time.monotonic
 
