@@ -1,6 +1,8 @@
-"""gunicorn settings for examples/fleet/flask_app.py (docs/fleet.md, "gunicorn with Flask and SQLAlchemy").
+"""gunicorn settings for examples/fleet/flask_app.py (docs/fleet.md, "gunicorn with Flask and SQLAlchemy") and
+examples/fleet/django_app.py (docs/dual-write-django.md).
 
     gunicorn -c examples/fleet/gunicorn.conf.py flask_app:app
+    gunicorn -c examples/fleet/gunicorn.conf.py django_app:application
 
 Every worker process gets its own DualWriterPool (made after the fork), with DUAL_WRITE_SIZE = threads writers.
 Command-line flags override these values (``--workers 2``); the environment variables below set them for a
@@ -13,7 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-# flask_app.py sits beside this file
+# the applications sit beside this file; each keeps its pool in a module-level `writers`
+APP_MODULES = ("flask_app", "django_app")
 pythonpath = str(Path(__file__).resolve().parent)
 bind = os.environ.get("BIND", "0.0.0.0:8000")
 # processes: each has its own interpreter (the GIL caps one near a few hundred dual writes/s: docs/dual-write.md)
@@ -46,7 +49,7 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     """In the worker, before its first request: make the pool now, so its lease keeper starts settling what dead
     workers left. A failure is only logged (the first request tries again): an exception escaping a gunicorn hook
     fails the worker's boot, and gunicorn then stops altogether."""
-    app_module = sys.modules.get("flask_app")
+    app_module = next((sys.modules[name] for name in APP_MODULES if name in sys.modules), None)
     if app_module is None:
         return
     try:
@@ -58,6 +61,6 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
 def worker_exit(server, worker):  # type: ignore[no-untyped-def]
     """In the worker, after its last request (a max_requests recycle, SIGTERM from the master or Kubernetes): close
     the pool, which settles what its writers left unfinished and gives their ids back to the fleet."""
-    app_module = sys.modules.get("flask_app")
+    app_module = next((sys.modules[name] for name in APP_MODULES if name in sys.modules), None)
     if app_module is not None:
         app_module.writers.close()

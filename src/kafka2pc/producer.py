@@ -50,9 +50,9 @@ _TWO_PHASE_SEEN: weakref.WeakSet[object] = weakref.WeakSet()
 
 #: ``decision_stands``, ``DECISION_STANDS_S`` and ``VERSIONS_MAX_AGE_S`` are for kafka2pc's sink and dual writer,
 #: which keep producers and what they learnt of the cluster between transactions (the core's rules, through this
-#: facade)
+#: facade); ``as_bytes`` and ``as_headers`` for the asyncio dual writer, which keeps records until its block ends
 __all__ = ["DECISION_STANDS_S", "VERSIONS_MAX_AGE_S", "State", "TransactionOutcome", "Transport", "TwoPhaseProducer",
-           "decision_stands"]
+           "as_bytes", "as_headers", "decision_stands"]
 
 #: data-plane failures after which the producer can only be closed (any other one only aborts the transaction)
 _FATAL_WRITE_ERRORS = (ProducerFencedError, AuthorizationError)

@@ -10,9 +10,10 @@ record each, one dual-write transaction per order) and SIGKILLs itself at order 
 
 CONFIG_JSON: more producer settings (e.g. a transaction.timeout.ms the broker's maximum allows).
 
-DB is ``sqlite:PATH``, ``mysql://...`` (MariaDB through PyMySQL), a libpq connection string, or ``async:`` and
-one (AsyncDualWriter on psycopg's AsyncConnection). The connection is a subclass of the driver's own class (its
-commit kills the process where the mode says), as an application's may be."""
+DB is ``sqlite:PATH``, ``mysql://...`` (MariaDB through PyMySQL), a libpq connection string, ``async:`` and one
+(AsyncDualWriter on psycopg's AsyncConnection), or ``django:`` and one (DualWriter on Django's connection). The
+connection is a subclass of the driver's own class, or Django's commit is wrapped: it kills the process where the
+mode says, as an application's may."""
 
 from __future__ import annotations
 
@@ -98,11 +99,61 @@ async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill
     await writer.close()
 
 
+def configure_django(dsn: str) -> None:
+    """Django's settings for the libpq connection string ``dsn`` (its search_path option kept)."""
+    import django  # noqa: PLC0415
+    from django.conf import settings  # noqa: PLC0415
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    parts = conninfo_to_dict(dsn)
+    settings.configure(DATABASES={"default": {
+        "ENGINE": "django.db.backends.postgresql", "NAME": parts.get("dbname", "postgres"),
+        "USER": parts.get("user", ""), "HOST": parts.get("host", "127.0.0.1"), "PORT": parts.get("port", "5432"),
+        "OPTIONS": {"options": parts["options"]} if "options" in parts else {}}}, USE_TZ=True)
+    django.setup()
+
+
+def write_django(dsn: str, config: dict, topic: str, orders: range, *, kill_at: int, mode: str) -> None:
+    """The same order service on Django's connection and transaction management: the same kills."""
+    configure_django(dsn)
+    from django.db import connection  # noqa: PLC0415
+
+    writer = DualWriter(connection, config)
+    writer.recover()
+    wrapper = connection._connections[connection._alias]  # this thread's DatabaseWrapper, whose commit() Django calls
+    commit = wrapper.commit
+
+    def killing_commit() -> None:
+        if wrapper.arm == "b":
+            die()
+        commit()
+        if wrapper.arm == "c":
+            die()
+
+    wrapper.arm, wrapper.commit = None, killing_commit
+    for order in orders:
+        with writer.transaction() as tx, tx.connection.cursor() as cursor:
+            cursor.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+            tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
+            if order == kill_at:
+                if mode == "a":
+                    die()
+                wrapper.arm = mode if mode in ("b", "c") else None
+        if order == kill_at and mode == "d":
+            die()
+    writer.close()
+
+
 def main() -> int:
     db, bootstrap, topic, transactional_id = sys.argv[1:5]
     first, count, kill_at = map(int, sys.argv[5:8])
     mode = sys.argv[8]
     extra = json.loads(sys.argv[9]) if len(sys.argv) > 9 else {}
+    if db.startswith("django:"):
+        config = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **extra}
+        write_django(db.removeprefix("django:"), config, topic, range(first, first + count), kill_at=kill_at,
+                     mode=mode)
+        return 0
     if db.startswith("async:"):
         config = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **extra}
         asyncio.run(write_async(db.removeprefix("async:"), config, topic, range(first, first + count),

@@ -145,3 +145,18 @@ def test_a_pool_on_mariadb_is_refused_with_a_clear_error(database, kafka):
     with pytest.raises(ConfigError, match="MySQL/MariaDB"):
         DualWriterPool(database.connect, {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": "p"},
                        size=1)
+
+
+def test_a_dict_cursor_connection_is_fine(database, kafka, topic_factory):
+    """PyMySQL's DictCursor as the connection's cursor class (Flask apps' usual setup): the writer's own
+    statements read tuples; the application's cursor gives dicts."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka)
+    connection = mariadb.connect(database.url, cursorclass=pymysql.cursors.DictCursor)
+    dual = writer(database, bootstrap, f"dc-{uuid.uuid4().hex[:6]}", connection)
+    with dual.transaction() as tx:
+        tx.cursor.execute("INSERT INTO orders VALUES (1, 1)")
+        tx.produce(topic, value=b"1", key=b"1")
+        tx.cursor.execute("SELECT id FROM orders")
+        assert tx.cursor.fetchone() == {"id": 1}
+    dual.close()
+    assert database.ids() == kafka_keys(bootstrap, topic) == [1]

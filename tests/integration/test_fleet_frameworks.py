@@ -400,6 +400,40 @@ def test_gunicorn_flask_fleet_with_recycled_and_killed_workers(postgres_dsn, kaf
           f"{len(fleet_rows(db, prefix))} ids in the fleet, all free {stopped_s:.1f} s after SIGTERM")
 
 
+DJANGO_ORDERS = 160
+
+
+@pytest.mark.timeout(180)
+def test_gunicorn_django_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_factory, tmp_path):
+    """gunicorn -w 3 --threads 2 serving django_app.py (a DualWriterPool on Django's own connection, each writer on
+    its request thread's), one worker SIGKILLed while requests are in flight and restarted by gunicorn's master."""
+    pytest.importorskip("gunicorn")
+    pytest.importorskip("django")
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    db, url, _ = fleet_database(postgres_dsn)
+    prefix = f"dj-{uuid.uuid4().hex[:6]}"
+    port = free_ports(1)[0]
+    log = tmp_path / "gunicorn-django.log"
+    command = [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind",
+               f"127.0.0.1:{port}", "--workers", "3", "--threads", "2", "--graceful-timeout", "10",
+               "django_app:application"]
+    began = time.monotonic()
+    with server(command, fleet_env(url, bootstrap, topic, prefix), log) as gunicorn:
+        wait_ready(port, gunicorn, log)
+        watch = KillWatch(db, bootstrap, prefix)
+        outcomes = place_orders(port, DJANGO_ORDERS, clients=8,
+                                on_progress=kill_a_worker_at(watch, gunicorn, DJANGO_ORDERS // 3))
+        ran_s = time.monotonic() - began
+        db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
+        worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
+        stopped_s = assert_all_free_after_stop(gunicorn, db, prefix, log, within_s=20)
+    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
+    print(f"\ngunicorn + Django: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; "
+          f"answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s "
+          f"after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s "
+          "after SIGTERM")
+
+
 FASTAPI_ORDERS = 200
 
 

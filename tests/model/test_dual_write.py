@@ -16,6 +16,7 @@ from kafka2pc.errors import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
+    DualWriteUsageError,
     ProducerFencedError,
 )
 
@@ -282,3 +283,42 @@ def test_a_commit_that_failed_on_its_own_live_session_is_failed_not_unknown(tmp_
     assert cluster.model.open_transactions() == []  # aborted at once, not left prepared
     order(writer, 3)
     assert db_ids(path) == cluster.kafka_ids() == [1, 3]
+
+
+def test_a_row_factory_on_the_applications_connection_is_fine(tmp_path):
+    """The application's sqlite3 row factory gives dicts: the writer's own statements still read tuples (found by
+    the user-level review with psycopg's dict_row and PyMySQL's DictCursor: KeyError: 0)."""
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    connection = connect(path)
+    connection.row_factory = lambda cursor, row: {column[0]: value for column, value in
+                                                  zip(cursor.description, row, strict=True)}
+    writer = cluster.writer(connection)
+    order(writer, 1)
+    order(writer, 2)
+    writer.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2]
+
+
+def test_one_writer_used_by_two_threads_at_once_says_so(tmp_path):
+    """Not a nested block: the message names the two threads and the way out (found by the user-level review)."""
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(sqlite3.connect(path, check_same_thread=False))
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer.transaction():
+            inside.set()
+            leave.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(10)
+    try:
+        with pytest.raises(DualWriteUsageError, match="from two threads at once"), writer.transaction():
+            pass
+    finally:
+        leave.set()
+        holder.join(10)
+    with pytest.raises(DualWriteUsageError, match="inside another"), writer.transaction(), writer.transaction():
+        pass
+    writer.close()

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from kafka2pc.dualwrite import AsyncDualWriter, DualWriteUsageError
-from kafka2pc.errors import ConfigError, DualWriteIncompleteError
+from kafka2pc.dualwrite import AsyncDualWriter, DualWriter, DualWriteUsageError
+from kafka2pc.errors import ConfigError, DualWriteIncompleteError, UsageError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 
 psycopg = pytest.importorskip("psycopg")
+pytest.importorskip("psycopg.rows")
 TID = "adw-0"
 
 
@@ -119,30 +120,61 @@ def test_an_unfinished_completion_is_committed_by_the_next_writer(setup):
     assert setup.model.open_transactions() == []
 
 
-def slow_prepare(writer: AsyncDualWriter, seconds: float) -> None:
-    """Kafka's prepare takes ``seconds`` (in the writer's Kafka thread)."""
+def slow(writer: AsyncDualWriter, method: str, seconds: float) -> None:
+    """The producer's ``method`` takes ``seconds`` more (in the writer's Kafka thread)."""
     producer = writer._protocol.producer
-    prepare = producer.prepare_transaction
+    original = getattr(producer, method)
 
-    def slowly() -> Any:
+    def slowly(*args: Any) -> Any:
         time.sleep(seconds)
-        return prepare()
+        return original(*args)
 
-    producer.prepare_transaction = slowly
+    setattr(producer, method, slowly)
 
 
-def test_a_cancel_after_the_block_waits_for_the_commit_and_then_is_raised(setup):
-    """A request cancelled (a client gone, a timeout) once its block has ended: the transaction commits in full,
-    then the task sees its CancelledError. Nothing is left for a recovery."""
-    async def scenario() -> AsyncDualWriter:
+async def order_seen(writer: AsyncDualWriter, order_id: int, seen: list[Any]) -> None:
+    async with writer.transaction() as tx:
+        seen.append(tx)
+        await tx.connection.execute("INSERT INTO orders VALUES (%s)", (order_id,))
+        tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
+
+
+def test_a_cancel_before_the_commit_point_rolls_both_back(setup):
+    """A request cancelled (a client gone, a timeout) after its block, while Kafka prepares: both are rolled back
+    (the abort follows the prepare on the Kafka thread), then the task sees its CancelledError."""
+    async def scenario() -> None:
         writer = await setup.writer()
         await writer.recover()
-        slow_prepare(writer, 0.5)
-        task = asyncio.ensure_future(order(writer, 1))
+        slow(writer, "prepare_transaction", 0.5)
+        seen: list[Any] = []
+        task = asyncio.ensure_future(order_seen(writer, 1, seen))
         await asyncio.sleep(0.2)  # the block has ended; the prepare is under way
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert not seen[0].committed and not writer.unfinished
+        await order(writer, 2)
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert setup.db_ids() == setup.kafka_ids() == [2]
+    assert setup.model.open_transactions() == []
+
+
+def test_a_cancel_after_the_commit_point_waits_for_the_end_and_then_is_raised(setup):
+    """Cancelled once the database has committed (Kafka's completion under way): the transaction completes, then
+    the task sees its CancelledError, and ``tx.committed`` says it committed."""
+    async def scenario() -> AsyncDualWriter:
+        writer = await setup.writer()
+        await writer.recover()
+        slow(writer, "complete_transaction", 0.5)
+        seen: list[Any] = []
+        task = asyncio.ensure_future(order_seen(writer, 1, seen))
+        await asyncio.sleep(0.2)  # the database has committed; the completion is under way
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert seen[0].committed
         return writer
 
     writer = asyncio.run(scenario())
@@ -173,12 +205,42 @@ def test_a_cancel_inside_the_block_rolls_both_back(setup):
     assert setup.model.open_transactions() == []
 
 
+def test_a_cancel_landing_as_the_protocol_reaches_the_block_rolls_both_back(setup):
+    """The cancel arrives after the protocol's steps reached the block but before the task resumed (found by the
+    user-level review: the writer was left inside its transaction, every later block refused)."""
+    async def scenario() -> None:
+        writer = await setup.writer()
+        await writer.recover()
+        drive, target = writer._edge.drive, []
+
+        async def drive_then_cancel(steps: Any, reply: Any = None, error: Any = None, **kwargs: Any) -> bool:
+            at_block = await drive(steps, reply, error, **kwargs)
+            if at_block and target:
+                target.pop().cancel()
+            return at_block
+
+        writer._edge.drive = drive_then_cancel
+        task = asyncio.ensure_future(order(writer, 1))
+        target.append(task)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        writer._edge.drive = drive
+        assert not writer.unfinished
+        assert writer.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        await order(writer, 2)
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert setup.db_ids() == setup.kafka_ids() == [2]
+    assert setup.model.open_transactions() == []
+
+
 def test_kafka_calls_never_block_the_event_loop(setup):
     """Kafka's prepare takes a second, in the writer's thread: a ticker on the loop goes on meanwhile."""
     async def scenario() -> float:
         writer = await setup.writer()
         await writer.recover()
-        slow_prepare(writer, 1.0)
+        slow(writer, "prepare_transaction", 1.0)
         longest, running = 0.0, True
 
         async def tick() -> None:
@@ -201,15 +263,62 @@ def test_kafka_calls_never_block_the_event_loop(setup):
 
 
 def test_a_nested_block_of_the_same_writer_and_a_wrong_connection_are_refused(setup):
+    """Inside its own block, the writer refuses another block, recover() and close(), also from a task started in
+    the block (each would wait for the block forever); after close() it refuses use, and closes again quietly."""
     async def scenario() -> None:
         writer = await setup.writer()
         async with writer.transaction():
-            with pytest.raises(DualWriteUsageError, match="inside another"):
-                async with writer.transaction():
-                    pass
+            for call in (lambda: writer.transaction().__aenter__(), writer.recover, writer.close):
+                with pytest.raises(DualWriteUsageError, match="inside this writer's own"):
+                    await call()
+                with pytest.raises(DualWriteUsageError, match="inside this writer's own"):
+                    await asyncio.gather(call())  # a child task
         await writer.close()
+        await writer.close()
+        with pytest.raises(UsageError, match="closed"):
+            await writer.recover()
         with psycopg.connect(setup.dsn) as blocking, pytest.raises(ConfigError, match="AsyncConnection"):
             AsyncDualWriter(blocking, {"transactional.id": TID, "bootstrap.servers": "model:9092"},
                             transport=setup.transport)
+        async_connection = await psycopg.AsyncConnection.connect(setup.dsn)
+        with pytest.raises(ConfigError, match="use AsyncDualWriter"):
+            DualWriter(async_connection, {"transactional.id": TID, "bootstrap.servers": "model:9092"},
+                       transport=setup.transport)
+        await async_connection.close()
 
     asyncio.run(scenario())
+
+
+def test_produce_keeps_copies_and_refuses_a_record_after_the_block(setup):
+    """The application reuses its buffer after produce: the record sent is the one produced. A produce after the
+    block is an error, not a record silently dropped."""
+    async def scenario() -> None:
+        writer = await setup.writer()
+        buffer = bytearray(b"1")
+        async with writer.transaction() as tx:
+            await tx.connection.execute("INSERT INTO orders VALUES (1)")
+            tx.produce("t", value=buffer, key=b"1", partition=0, headers=[("h", bytearray(b"x"))])
+            buffer[:] = b"9"
+        with pytest.raises(DualWriteUsageError, match="after its block"):
+            tx.produce("t", value=b"2", partition=0)
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert setup.db_ids() == setup.kafka_ids() == [1]
+
+
+def test_a_dict_row_factory_on_the_connection_is_fine(setup):
+    """psycopg's dict_row on the application's connection (found by the user-level review: KeyError: 0)."""
+    async def scenario() -> None:
+        connection = await psycopg.AsyncConnection.connect(setup.dsn, row_factory=psycopg.rows.dict_row)
+        writer = AsyncDualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID,
+                                              "linger.ms": 0}, transport=setup.transport)
+        await writer.recover()
+        async with writer.transaction() as tx:
+            await tx.connection.execute("INSERT INTO orders VALUES (1)")
+            tx.produce("t", value=b"1", key=b"1", partition=0)
+            assert await (await tx.connection.execute("SELECT id FROM orders")).fetchone() == {"id": 1}
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert setup.db_ids() == setup.kafka_ids() == [1]

@@ -1,43 +1,48 @@
 """AsyncDualWriter: the dual-write protocol's asyncio edge (docs/dual-write-async.md).
 
-The same steps as DualWriter's (:mod:`kafka2pc.dualwrite.protocol`), driven with ``await``: the database through
-psycopg's ``AsyncConnection`` on the event loop, Kafka's blocking calls handed to the writer's own thread (one at a
-time, so its producer is never used by two threads). ``tx.produce`` keeps records back until the block ends; they
-are produced and prepared in one hand-off. Once the protocol runs, a cancellation waits for it to reach the block
-or its end (a commit is never cut in half), then is raised."""
+The same steps as DualWriter's (:mod:`kafka2pc.dualwrite.protocol`), driven with ``await`` by
+:class:`~kafka2pc.dualwrite.aio_edge.AsyncEdge`: the database through psycopg's ``AsyncConnection`` on the event
+loop, Kafka's blocking calls on the writer's own thread (one at a time, so its producer is never used by two
+threads). ``tx.produce`` keeps copies of the records until the block ends; they are produced and prepared in one
+hand-off."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import contextvars
-import functools
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-from kafka2pc.dualwrite.actions import Action, Begin, Block, Call, Commit, Fetch, Rollback, Sleep, Sql, Steps
+from kafka2pc.dualwrite.aio_edge import AsyncEdge
 from kafka2pc.dualwrite.connection import DbapiConnection
-from kafka2pc.dualwrite.protocol import Record
+from kafka2pc.dualwrite.protocol import Record, WriterProtocol
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer_parts import ClusterTransport, WriterCluster, transactional_id_of, writer_protocol
-from kafka2pc.errors import ConfigError, DualWriteUsageError
+from kafka2pc.errors import ConfigError, DualWriteUsageError, UsageError
+from kafka2pc.producer import as_bytes, as_headers
 
-T = TypeVar("T")
 #: what one block may keep back for Kafka (records are held in memory until the block ends)
 MAX_KEPT_BACK_BYTES = 64 * 1024 * 1024
+#: the writers whose block the current task (or a task it started) is inside
+_INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("kafka2pc_async_blocks",
+                                                                         default=frozenset())
 
 
 class AsyncDualWriteTransaction:
     """The inside of ``async with writer.transaction() as tx``: ``tx.connection`` (the writer's psycopg
     ``AsyncConnection``: ``await tx.connection.execute(...)``) or ``tx.cursor()`` for the database, ``tx.produce``
-    for Kafka (kept back, not sent, until the block ends: it never blocks the event loop)."""
+    for Kafka (kept, not sent, until the block ends: it never blocks the event loop). ``tx.committed`` tells,
+    after the block, whether the database committed it (the dual write's commit point)."""
 
     def __init__(self, connection: Any):
         self.connection = connection
-        self.kept_back: list[Record] = []
+        self.committed = False
+        self._records: list[Record] = []
         self._bytes = 0
+        self._open = True
 
     def cursor(self) -> Any:
         """A new cursor of the block's connection."""
@@ -45,18 +50,26 @@ class AsyncDualWriteTransaction:
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
                 headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None) -> None:
-        """Add a record to the Kafka transaction (TwoPhaseProducer.produce's arguments). It is sent when the block
-        ends, so a record Kafka refuses (too large, an unknown topic) rolls both back there."""
+        """Add a record to the Kafka transaction (TwoPhaseProducer.produce's arguments). A copy is kept and sent
+        when the block ends, so a record Kafka refuses (too large, an unknown topic) rolls both back there."""
+        if not self._open:
+            raise DualWriteUsageError("tx.produce() after its block ended: the transaction is over")
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
-        for name, data in (("value", value), ("key", key)):
-            if data is not None and not isinstance(data, bytes | bytearray | memoryview):
-                raise TypeError(f"{name} must be bytes or None, not {type(data).__name__}")
-        self._bytes += len(value or b"") + len(key or b"")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)):
+            raise TypeError(f"partition must be an int or None, not {partition!r}")
+        value, key = as_bytes("value", value), as_bytes("key", key)  # copies: the caller may reuse its buffers
+        header_list = as_headers(headers)
+        self._bytes += len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in header_list or ())
         if self._bytes > MAX_KEPT_BACK_BYTES:
             raise DualWriteUsageError(f"one async dual-write block produced more than {MAX_KEPT_BACK_BYTES} bytes; "
                                       "its records are held in memory until the block ends: split the work")
-        self.kept_back.append((topic, value, key, partition, headers))
+        self._records.append((topic, value, key, partition, header_list))
+
+    def _end(self) -> tuple[Record, ...]:
+        """The block ended: no more records; those kept."""
+        self._open = False
+        return tuple(self._records)
 
 
 class AsyncDualWriter:
@@ -78,15 +91,16 @@ class AsyncDualWriter:
                                             "and SQLAlchemy connections)")
         self._connection = connection
         # the protocol reads facts of the connection (autocommit, its transaction's status) through the DB-API
-        # view: those need no I/O; every statement goes through this edge
+        # view: those need no I/O; every statement goes through the edge
         self._facts = DbapiConnection(connection)
         self._table = StateTable(self._facts, state_table, create=create_state_table)
+        # settings checked now; the cluster client (which connects) is made on the Kafka thread at first use
         self._cluster = WriterCluster(config, two_phase_commit=two_phase_commit, transport=transport)
-        self._protocol = writer_protocol(self._facts, self._table, self._cluster, lease=None, lease_s=0.0)
+        self._protocol: WriterProtocol | None = None
         self._kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka2pc-{self.transactional_id}")
+        self._edge = AsyncEdge(connection, self._kafka)
         self._lock = asyncio.Lock()
-        #: the task inside a block of this writer (a nested block in it would wait for itself)
-        self._holder: asyncio.Task[Any] | None = None
+        self._closed = False
 
     @property
     def connection(self) -> Any:
@@ -96,56 +110,62 @@ class AsyncDualWriter:
     @property
     def two_phase_commit_active(self) -> bool:
         """Whether Kafka prepared transactions are free of the broker's timeout (see TwoPhaseProducer)."""
-        return self._protocol.producer.two_phase_commit_active
+        return self._protocol is not None and self._protocol.producer.two_phase_commit_active
 
     @property
     def unfinished(self) -> bool:
-        """Whether a transaction of this writer may be left open in Kafka until a recovery settles it."""
-        return self._protocol.needs_recovery
+        """Whether a transaction of this writer may be left open in Kafka until a recovery settles it (True until
+        the first recovery)."""
+        return self._protocol is None or self._protocol.needs_recovery
 
     async def recover(self) -> None:
         """Settle what the id has left unfinished, then own it (DualWriter.recover)."""
-        async with self._lock:
-            await self._run(self._protocol.recover())
+        async with self._using("recover()"):
+            await self._run((await self._opened()).recover())
 
     async def resolve(self, reason: str) -> None:
         """Operator action after a DualWriteRecoveryError (DualWriter.resolve)."""
         if not reason.strip():
             raise ValueError("a resolution needs a reason")
-        async with self._lock:
-            await self._run(self._protocol.resolve(reason))
+        async with self._using("resolve()"):
+            await self._run((await self._opened()).resolve(reason))
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncDualWriteTransaction]:
         """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
-        inside rolls both back and is re-raised."""
-        if self._lock.locked() and asyncio.current_task() is self._holder:
-            raise DualWriteUsageError(f"{self.transactional_id!r}: transaction() inside another transaction() block "
-                                      "of the same writer; one block is one DB transaction")
-        async with self._lock:
-            self._holder = asyncio.current_task()
+        inside rolls both back and is re-raised. Concurrent calls take turns (one block at a time)."""
+        async with self._using("transaction()"):
+            steps = (await self._opened()).transaction()
+            if not await self._edge.drive(steps):
+                raise AssertionError("the protocol ended before its block")  # pragma: no cover
+            tx = AsyncDualWriteTransaction(self._connection)
+            inside = _INSIDE.set(_INSIDE.get() | {id(self)})
             try:
-                steps = self._protocol.transaction()
-                if not await self._advance(steps, None, None):
-                    raise AssertionError("the protocol ended before its block")  # pragma: no cover
-                tx = AsyncDualWriteTransaction(self._connection)
-                try:
-                    yield tx
-                except BaseException as exc:
-                    await self._advance(steps, None, exc)
-                    raise
-                await self._advance(steps, tx.kept_back, None)
-            finally:
-                self._holder = None
+                yield tx
+            except BaseException as exc:
+                tx._end()
+                _INSIDE.reset(inside)
+                await self._edge.drive(steps, None, exc, block=tx)
+                raise
+            tx_records = tx._end()
+            _INSIDE.reset(inside)
+            await self._edge.drive(steps, tx_records, block=tx)
 
     async def close(self) -> None:
         """Mark the last transaction complete in the row when it is, and release the producer, its thread and the
-        Kafka connections (not the DB connection, which the caller owns)."""
-        async with self._lock:
+        Kafka connections (not the DB connection, which the caller owns). Closing again does nothing."""
+        if self._closed:
+            return
+        async with self._using("close()"):
+            if self._closed:
+                return
+            self._closed = True
             try:
-                await self._run(self._protocol.close())
+                if self._protocol is not None:
+                    await self._run(self._protocol.close())
             finally:
-                await asyncio.get_running_loop().run_in_executor(self._kafka, self._cluster.close)
+                with contextlib.suppress(Exception):
+                    await self._edge.call(self._cluster.close)
                 self._kafka.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncDualWriter:
@@ -154,72 +174,28 @@ class AsyncDualWriter:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- the edge ----------------------------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _using(self, what: str) -> AsyncIterator[None]:
+        """The writer, one call at a time: refused when closed, or from inside its own block (it would wait for
+        itself)."""
+        if id(self) in _INSIDE.get():
+            raise DualWriteUsageError(f"{self.transactional_id!r}: {what} inside this writer's own transaction() "
+                                      "block (or a task started in it); one block is one DB transaction")
+        if self._closed:
+            raise UsageError(f"{self.transactional_id!r}: {what} on a closed AsyncDualWriter")
+        async with self._lock:
+            if self._closed and what != "close()":
+                raise UsageError(f"{self.transactional_id!r}: {what} on a closed AsyncDualWriter")
+            yield
 
-    async def _run(self, steps: Steps[Any]) -> None:
-        if await self._advance(steps, None, None):
-            await self._advance(steps, None, TypeError("these steps have no block to hand out"))
+    async def _opened(self) -> WriterProtocol:
+        """The protocol, its cluster client made on the Kafka thread the first time (it connects: never on the
+        event loop)."""
+        if self._protocol is None:
+            await self._edge.call(self._cluster.connect)
+            self._protocol = writer_protocol(self._facts, self._table, self._cluster, lease=None, lease_s=0.0)
+        return self._protocol
 
-    async def _advance(self, steps: Steps[Any], reply: Any, error: BaseException | None) -> bool:
-        """Drive ``steps`` to their Block (True) or their end (False), shielded from cancellation: a cancel waits
-        for that point, rolls back a block not yet entered, and is raised then."""
-        driving = asyncio.ensure_future(self._drive(steps, reply, error))
-        cancelled: asyncio.CancelledError | None = None
-        while True:
-            try:
-                at_block = await asyncio.shield(driving)
-                break
-            except asyncio.CancelledError as exc:
-                if driving.done():
-                    raise  # the protocol itself was cancelled (the loop is closing)
-                cancelled = exc
-        if cancelled is not None:
-            if at_block:
-                await self._advance(steps, None, cancelled)
-            raise cancelled
-        return at_block
-
-    async def _drive(self, steps: Steps[Any], reply: Any, error: BaseException | None) -> bool:
-        while True:
-            try:
-                action = steps.send(reply) if error is None else steps.throw(error)
-            except StopIteration:
-                return False
-            if isinstance(action, Block):
-                return True
-            reply, error = None, None
-            try:
-                reply = await self._perform(action)
-            except BaseException as exc:  # thrown back in where the action was yielded
-                error = exc
-
-    async def _perform(self, action: Action) -> Any:
-        connection = self._connection
-        if isinstance(action, Sql):
-            cursor = connection.cursor()
-            await cursor.execute(action.text, action.params)
-            return await _read(cursor, action.fetch)
-        if isinstance(action, Call):
-            call = functools.partial(contextvars.copy_context().run, action.function, *action.args)
-            return await asyncio.get_running_loop().run_in_executor(self._kafka, call)
-        if isinstance(action, Commit):
-            return await connection.commit()
-        if isinstance(action, Rollback):
-            return await connection.rollback()
-        if isinstance(action, Sleep):
-            return await asyncio.sleep(action.seconds)
-        if isinstance(action, Begin):
-            return None  # psycopg begins with the first statement
-        raise TypeError(f"{action!r} is not an action")
-
-
-async def _read(cursor: Any, fetch: Fetch) -> Any:
-    if fetch is Fetch.ONE:
-        return await cursor.fetchone()
-    if fetch is Fetch.ALL:
-        return await cursor.fetchall()
-    if fetch is Fetch.ROWCOUNT:
-        return cursor.rowcount
-    if fetch is Fetch.COLUMNS:
-        return [str(column[0]).lower() for column in cursor.description]
-    return None
+    async def _run(self, steps: Any) -> None:
+        if await self._edge.drive(steps):
+            await self._edge.drive(steps, None, TypeError("these steps have no block to hand out"))

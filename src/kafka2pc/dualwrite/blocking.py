@@ -30,7 +30,7 @@ def read(cursor: Any, fetch: Fetch) -> Any:
 def perform(action: Action, db: DbapiConnection) -> Any:
     """Carry out one action; its result, or its exception."""
     if isinstance(action, Sql):
-        cursor = db.cursor()
+        cursor = db.statement_cursor()
         if action.params is None:
             cursor.execute(action.text)
         else:

@@ -55,6 +55,25 @@ class DbapiConnection:
         except Exception:
             return None
 
+    @property
+    def paramstyle(self) -> str:
+        """The placeholder style statements are written in (the driver's)."""
+        return str(getattr(self.module, "paramstyle", "qmark"))
+
+    def lost(self) -> bool:
+        """Whether the connection is known to be gone (a lost server, a session the database ended)."""
+        return is_closed(self.given)
+
+    def why_in_transaction(self) -> str:
+        """What to tell a caller who starts a dual write with a transaction open."""
+        return ("the connection has an open transaction: commit or roll back before a dual-write transaction (its "
+                "rows would be committed with it)")
+
+    def block_misuse(self) -> str | None:
+        """Something the application did inside the block that the transaction must not commit with (a
+        framework's transaction hooks); None when nothing is known."""
+        return None
+
     def begin(self) -> None:
         """Before the first statement of a transaction (DB-API drivers begin implicitly)."""
 
@@ -66,6 +85,27 @@ class DbapiConnection:
 
     def cursor(self) -> Any:
         return self.given.cursor()
+
+    def statement_cursor(self) -> Any:
+        """A cursor for the writer's own statements, its rows tuples whatever row factory or cursor class the
+        application set on the connection (psycopg's dict_row, PyMySQL's DictCursor, sqlite3's row_factory)."""
+        name = getattr(self.module, "__name__", "")
+        if name == "psycopg":
+            from psycopg.rows import tuple_row  # noqa: PLC0415 - the driver in use
+
+            return self._driver_side().cursor(row_factory=tuple_row)
+        if name == "pymysql":
+            from pymysql.cursors import Cursor  # noqa: PLC0415
+
+            return self._driver_side().cursor(Cursor)
+        cursor = self.cursor()
+        if self.sqlite:
+            cursor.row_factory = None
+        return cursor
+
+    def _driver_side(self) -> Any:
+        """What cursors are asked of: the given connection (a driver's, or SQLAlchemy's raw_connection proxy)."""
+        return self.given
 
     def in_transaction(self) -> bool:
         """Whether the connection has a transaction open that a dual write would have to commit."""
@@ -120,6 +160,9 @@ class SqlAlchemyConnection(DbapiConnection):
     def cursor(self) -> Any:
         return self.sqlalchemy.connection.cursor()
 
+    def _driver_side(self) -> Any:
+        return self.sqlalchemy.connection
+
     def in_transaction(self) -> bool:
         return bool(self.sqlalchemy.in_transaction())
 
@@ -135,6 +178,12 @@ class SqlAlchemyConnection(DbapiConnection):
 
 def adapt(connection: Any) -> DbapiConnection:
     """What a DualWriter was given, as the writer uses it."""
+    if isinstance(connection, DbapiConnection):
+        return connection
+    from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_connection  # noqa: PLC0415
+
+    if is_django_connection(connection):
+        return DjangoConnection.of(connection)
     sqlalchemy = sys.modules.get("sqlalchemy")
     if sqlalchemy is not None:
         if isinstance(connection, sqlalchemy.engine.Engine):
@@ -145,6 +194,12 @@ def adapt(connection: Any) -> DbapiConnection:
         if orm is not None and isinstance(connection, orm.Session):
             raise ConfigError("connection", "is an ORM Session: pass its Engine or a Connection, and bind a Session "
                                             "to tx.connection inside the block (docs/dual-write.md, SQLAlchemy)")
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
+        raise ConfigError("connection", "is a psycopg AsyncConnection: use AsyncDualWriter (docs/dual-write-async.md)")
+    if type(connection).__module__.startswith("sqlalchemy.ext.asyncio"):
+        raise ConfigError("connection", f"is SQLAlchemy's {type(connection).__name__}: asyncio SQLAlchemy is not "
+                                        "supported yet; AsyncDualWriter takes a psycopg AsyncConnection")
     if not callable(getattr(connection, "cursor", None)) or not callable(getattr(connection, "commit", None)):
         raise ConfigError("connection", f"{type(connection).__name__} is not a DB-API 2.0 connection, a SQLAlchemy "
                                         "Connection or an Engine")

@@ -81,7 +81,7 @@ class LeaseTable:
         blocking.run(self.table.ensure_leasing(), self._db)
         self._db.begin()
         try:
-            cursor = self._db.cursor()
+            cursor = self._db.statement_cursor()
             if write and self.table.sqlite and not self._db.implicit_transactions:
                 cursor.execute("BEGIN IMMEDIATE")  # the write lock before the first read, as StateTable's
             if write:  # rows this transaction locks are freed if its process freezes before the commit

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_connection
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
@@ -201,6 +202,9 @@ def _connector(connect: Callable[[], Any] | Any) -> Callable[[], Any]:
     sqlalchemy = sys.modules.get("sqlalchemy")
     if sqlalchemy is not None and isinstance(connect, sqlalchemy.engine.Engine):
         return connect.connect  # type: ignore[no-any-return]
+    if is_django_connection(connect):  # each writer on the Django connection of the thread it is lent to
+        alias = DjangoConnection.of(connect).alias
+        return lambda: DjangoConnection(alias)
     if not callable(connect):
         raise ConfigError("connect", f"{type(connect).__name__} is neither a callable making a connection nor a "
                                      "SQLAlchemy Engine")

@@ -15,7 +15,7 @@ from typing import Any
 
 from kafka2pc import metrics
 from kafka2pc.dualwrite.actions import Block, Call, Commit, Rollback, Steps
-from kafka2pc.dualwrite.connection import DbapiConnection, is_closed
+from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.dualwrite.outcome import CommitOutcome, judge_failed_commit
 from kafka2pc.dualwrite.recovery import plan_recovery
 from kafka2pc.dualwrite.state_table import StateTable
@@ -108,8 +108,9 @@ class WriterProtocol:
                                           "the new owner's to settle")
             observed = yield Call(control.describe, (self.transactional_id,))
             if observed is not None and observed.state == ONGOING:  # open until settled: the gauge counts it
+                since = yield Call(open_since, (control, self.transactional_id))
                 metrics.OPEN_TRANSACTIONS.found(self.metric_prefix, metrics.DUAL_WRITE, self.transactional_id,
-                                                lambda: open_since(control, self.transactional_id))
+                                                lambda: since)
             plan = plan_recovery(stored.prepared, stored.completed, observed, two_phase_active=stored.two_phase,
                                  ever_owned=stored.owner is not None)
             if plan.problem is not None:
@@ -263,6 +264,9 @@ class WriterProtocol:
     def _check_block_intact(self) -> Steps[None]:
         """Raise if the application ended the DB transaction inside the block (its commit() or rollback() ends the
         savepoint taken after the lock, and drops the lock with it)."""
+        misuse = self.db.block_misuse()
+        if misuse is not None:
+            raise DualWriteUsageError(f"{self.transactional_id!r}: {misuse}. Both were rolled back")
         try:
             yield self.table.release_block()
         except Exception as exc:
@@ -273,7 +277,7 @@ class WriterProtocol:
     def session_lost(self, exc: BaseException) -> bool:
         """Whether the database session ended under the block (a lost server, PostgreSQL ending a session idle in
         its transaction for a lease): the database's own error says so, not a usage error."""
-        return self.table.session_ended(exc) or is_closed(self.db.given)
+        return self.table.session_ended(exc) or self.db.lost()
 
     def _block_ended_error(self, exc: BaseException, *, session_gone: bool = False) -> DualWriteUsageError:
         # a session the database ended (its own idle_in_transaction_session_timeout, a restart, a pooler) also ends

@@ -90,9 +90,14 @@ def _stored(row: Sequence[Any]) -> StoredState:
 _ENDED_BEFORE_COMMIT = frozenset({"25P03"})
 
 
+def _causes(exc: BaseException) -> tuple[object, ...]:
+    """A driver's error, and the driver error a wrapper carries: SQLAlchemy's ``.orig``, Django's ``__cause__``."""
+    return exc, getattr(exc, "orig", None), exc.__cause__
+
+
 def _sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a driver's error, or of the driver error SQLAlchemy wraps."""
-    for candidate in (exc, getattr(exc, "orig", None)):
+    """The SQLSTATE of a driver's error, or of the driver error SQLAlchemy or Django wraps."""
+    for candidate in _causes(exc):
         state = getattr(candidate, "sqlstate", None)
         if isinstance(state, str):
             return state
@@ -101,7 +106,7 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 def _mysql_errno(exc: BaseException) -> int | None:
     """The error number PyMySQL and mysqlclient carry as their first argument (of the error SQLAlchemy wraps too)."""
-    for candidate in (exc, getattr(exc, "orig", None)):
+    for candidate in _causes(exc):
         args = getattr(candidate, "args", ())
         if args and isinstance(args[0], int):
             return args[0]
@@ -131,8 +136,7 @@ class StateTable:
         self.leasing = False
         self.sqlite, self.mysql = connection.sqlite, connection.mysql
         self.now = NOW_SQL["sqlite" if self.sqlite else "mysql" if self.mysql else "other"]
-        style = getattr(connection.module, "paramstyle", "qmark")
-        self._p = "?" if style == "qmark" else "%s"
+        self._p = "?" if connection.paramstyle == "qmark" else "%s"
         self.errors = connection.module  # DB-API exception classes live on the driver module
 
     def sql(self, text: str) -> str:
@@ -225,8 +229,7 @@ class StateTable:
         the connection is ready for a retry."""
         self.connection.check_not_autocommit()
         if self.connection.in_transaction():
-            raise UsageError("the connection has an open transaction: commit or roll back before a dual-write "
-                             "transaction (its rows would be committed with it)")
+            raise UsageError(self.connection.why_in_transaction())
         yield from self._ensure_table()
         try:
             yield Begin()
@@ -322,7 +325,7 @@ class StateTable:
         server rolled the whole transaction back (MySQL's deadlock victim)."""
         if self.mysql:
             return _mysql_errno(exc) in _MYSQL_TRANSACTION_ROLLED_BACK
-        return getattr(exc, "sqlstate", None) == "25P02"
+        return _sqlstate(exc) == "25P02"
 
     def write(self, transactional_id: str, *, owner: str | None = None, prepared: PreparedTxnState | None = None,
               two_phase: bool = False, token: str | None = None, completed: bool,

@@ -6,6 +6,7 @@ SQLAlchemy connections. :mod:`kafka2pc.dualwrite.aio` is the asyncio one."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -50,9 +51,11 @@ class DualWriter:
         self.transactional_id = transactional_id_of(config)
         self._db = adapt(connection)
         self._table = StateTable(self._db, state_table, create=create_state_table)
-        self._cluster = WriterCluster(config, two_phase_commit=two_phase_commit, transport=transport)
+        self._cluster = WriterCluster(config, two_phase_commit=two_phase_commit, transport=transport).connect()
         self._protocol = writer_protocol(self._db, self._table, self._cluster, lease=lease, lease_s=lease_s)
-        self._in_block = False
+        #: the thread inside a transaction() block of this writer, if one is
+        self._block_thread: int | None = None
+        self._entering = threading.Lock()
 
     @property
     def connection(self) -> Any:
@@ -99,15 +102,19 @@ class DualWriter:
     def transaction(self) -> Iterator[DualWriteTransaction]:
         """One DB transaction and one Kafka transaction, committed together on leaving the block; an exception
         inside rolls both back and is re-raised."""
-        if self._in_block:
+        with self._entering:
+            holder, self._block_thread = self._block_thread, self._block_thread or threading.get_ident()
+        if holder == threading.get_ident():
             raise DualWriteUsageError(f"{self.transactional_id!r}: transaction() inside another transaction() block "
-                                      "of the same writer; one block is one DB transaction (use a second writer, "
-                                      "or a DualWriterPool, for concurrent work)")
-        self._in_block = True
+                                      "of the same writer; one block is one DB transaction")
+        if holder is not None:
+            raise DualWriteUsageError(f"{self.transactional_id!r}: transaction() from two threads at once; a "
+                                      "DualWriter is one connection, used by one thread at a time (a writer per "
+                                      "thread, or a DualWriterPool on PostgreSQL or SQLite)")
         try:
             yield from blocking.run_with_block(self._protocol.transaction(), self._db, self._block)
         finally:
-            self._in_block = False
+            self._block_thread = None
 
     def _block(self) -> DualWriteTransaction:
         return DualWriteTransaction(self._db.cursor(), self._protocol.producer, self._db.given)

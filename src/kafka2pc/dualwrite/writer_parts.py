@@ -34,22 +34,30 @@ class WriterCluster:
         self.config, self.two_phase_commit = dict(config), two_phase_commit
         self.producer_config = ProducerConfig.from_dict(config, two_phase_commit=two_phase_commit)
         self.transactional_id = self.producer_config.transactional_id
+        self._client_config = None if transport is not None else \
+            ClientConfig.from_dict(self.config, consumed_elsewhere=PRODUCER_KEYS)
         self.client: ClusterClient | None = None
-        if transport is None:
-            self.client = ClusterClient(ClientConfig.from_dict(self.config, consumed_elsewhere=PRODUCER_KEYS),
+        self._transport = transport
+
+    def connect(self) -> WriterCluster:
+        """Make the cluster client (it connects to the bootstrap servers, waiting up to max.block.ms): before the
+        first producer. Blocking; settings were checked when this was made."""
+        if self._client_config is not None and self.client is None:
+            self.client = ClusterClient(self._client_config,
                                         bootstrap_timeout_s=self.producer_config.max_block_ms / 1000,
                                         client_id=f"kafka2pc-{self.transactional_id}")
-        self._transport = transport
+        return self
 
     def new_producer(self) -> TwoPhaseProducer:
         if self.client is not None:
             return TwoPhaseProducer(self.config, two_phase_commit=self.two_phase_commit, cluster=self.client)
+        assert self._transport is not None, "connect() first"
         return TwoPhaseProducer(self.config, two_phase_commit=self.two_phase_commit, transport=self._transport)
 
     def new_control(self) -> TransactionControl:
         if self.client is not None:
             return TransactionControl(self.client)
-        assert self._transport is not None
+        assert self._transport is not None, "connect() first"
         return TransactionControl(self._transport)
 
     def close(self) -> None:

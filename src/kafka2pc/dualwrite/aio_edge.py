@@ -1,0 +1,134 @@
+"""The asyncio edge of the dual-write protocol: carries out its steps' actions with ``await`` on a psycopg
+``AsyncConnection``, and Kafka's blocking calls on one thread of its own.
+
+Cancellation is delivered into the protocol once, at the action it interrupted, as the exception that action
+raised: the protocol then rolls back as after any failure. From the database commit on (the commit point), and
+while the protocol rolls back after a delivered cancel, further cancels wait: the protocol runs to its end and the
+task's CancelledError is raised then. The Kafka thread runs one call at a time, so a call still running when its
+await was cancelled is always followed, never overtaken, by the protocol's next one (an abort after a prepare)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from kafka2pc.dualwrite.actions import Action, Begin, Block, Call, Commit, Fetch, Rollback, Sleep, Sql, Steps
+
+T = TypeVar("T")
+
+
+class CommitSeen(Protocol):
+    """What the edge tells of the block it drives: whether the database committed it."""
+
+    committed: bool
+
+
+class AsyncEdge:
+    """Runs protocol steps on ``connection`` (psycopg ``AsyncConnection``) and ``kafka`` (a one-thread executor)."""
+
+    def __init__(self, connection: Any, kafka: ThreadPoolExecutor):
+        self.connection = connection
+        self.kafka = kafka
+        self._tuple_row = _tuple_row_factory()
+
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on the Kafka thread, in a copy of this task's context (metrics labels ride along)."""
+        call = functools.partial(contextvars.copy_context().run, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.kafka, call)
+
+    async def drive(self, steps: Steps[Any], reply: Any = None, error: BaseException | None = None, *,
+                    block: CommitSeen | None = None) -> bool:
+        """Drive ``steps`` to their Block (True) or their end (False); ``block``, after the application's block, is
+        told when the database commit succeeded."""
+        deferred: BaseException | None = None  # a cancel that waits for the protocol's end
+        finishing = False  # past the commit point, or rolling back after a delivered cancel
+        while True:
+            try:
+                action = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration:
+                if deferred is not None:
+                    raise deferred from None
+                return False
+            except BaseException as exc:
+                if deferred is not None and exc is not deferred:
+                    raise deferred from exc
+                raise
+            reply, error = None, None
+            if isinstance(action, Block):
+                if deferred is None:
+                    return True
+                error, deferred, finishing = deferred, None, True  # cancelled before the block: roll back there
+                continue
+            finishing = finishing or isinstance(action, Commit)
+            if finishing:
+                reply, error, cancel = await self._uncancellable(action)
+                deferred = deferred or cancel
+            else:
+                try:
+                    reply = await self.perform(action)
+                except asyncio.CancelledError as exc:
+                    error, finishing = exc, True  # delivered: the protocol rolls back, further cancels wait
+                except BaseException as exc:
+                    error = exc
+            if block is not None and isinstance(action, Commit) and error is None:
+                block.committed = True
+
+    async def _uncancellable(self, action: Action) -> tuple[Any, BaseException | None, BaseException | None]:
+        """The action's result or exception, and a cancel that came meanwhile (the action ran to its end)."""
+        running = asyncio.ensure_future(self.perform(action))
+        cancel: BaseException | None = None
+        while True:
+            try:
+                return await asyncio.shield(running), None, cancel
+            except asyncio.CancelledError as exc:
+                if running.cancelled():
+                    raise  # the action itself was cancelled: the loop is closing
+                if running.done():
+                    return None, exc, cancel  # the action's own CancelledError
+                cancel = exc
+            except Exception as exc:
+                return None, exc, cancel
+
+    async def perform(self, action: Action) -> Any:
+        """Carry out one action; its result, or its exception."""
+        connection = self.connection
+        if isinstance(action, Sql):
+            cursor = connection.cursor(row_factory=self._tuple_row)  # whatever row factory the application set
+            try:
+                await cursor.execute(action.text, action.params)
+                return await _read(cursor, action.fetch)
+            finally:
+                await cursor.close()
+        if isinstance(action, Call):
+            return await self.call(action.function, *action.args)
+        if isinstance(action, Commit):
+            return await connection.commit()
+        if isinstance(action, Rollback):
+            return await connection.rollback()
+        if isinstance(action, Sleep):
+            return await asyncio.sleep(action.seconds)
+        if isinstance(action, Begin):
+            return None  # psycopg begins with the first statement
+        raise TypeError(f"{action!r} is not an action to perform")
+
+
+def _tuple_row_factory() -> Any:
+    from psycopg.rows import tuple_row  # noqa: PLC0415 - psycopg is optional; the edge is made only with it
+
+    return tuple_row
+
+
+async def _read(cursor: Any, fetch: Fetch) -> Any:
+    if fetch is Fetch.ONE:
+        return await cursor.fetchone()
+    if fetch is Fetch.ALL:
+        return await cursor.fetchall()
+    if fetch is Fetch.ROWCOUNT:
+        return cursor.rowcount
+    if fetch is Fetch.COLUMNS:
+        return [str(column[0]).lower() for column in cursor.description]
+    return None
