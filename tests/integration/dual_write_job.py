@@ -70,7 +70,8 @@ def connect(db: str):
 
 
 async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill_at: int, mode: str) -> None:
-    """The same order service on AsyncDualWriter: the same kills, at the same points."""
+    """The same order service on AsyncDualWriter: the same kills, at the same points. ``dsn``: a libpq string
+    (psycopg's AsyncConnection), or ``postgresql+asyncpg://...#schema`` (SQLAlchemy's AsyncConnection)."""
     import psycopg  # noqa: PLC0415
 
     class KillingAsyncPostgres(psycopg.AsyncConnection):
@@ -83,12 +84,35 @@ async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill
             if self.arm == "c":
                 die()
 
-    connection = await KillingAsyncPostgres.connect(dsn)
+    if dsn.startswith("postgresql+"):  # SQLAlchemy's AsyncConnection (asyncpg), subclassed the same way
+        from sqlalchemy import text  # noqa: PLC0415
+        from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine  # noqa: PLC0415
+
+        class KillingAsyncSqlAlchemy(AsyncConnection):
+            arm: str | None = None
+
+            async def commit(self) -> None:
+                if self.arm == "b":
+                    die()
+                await super().commit()
+                if self.arm == "c":
+                    die()
+
+        url, _, schema = dsn.partition("#")
+        engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})
+        connection = await KillingAsyncSqlAlchemy(engine).start()
+        insert = text("INSERT INTO orders (id, amount) VALUES (:id, :amount)")
+    else:
+        connection = await KillingAsyncPostgres.connect(dsn)
+        insert = None
     writer = AsyncDualWriter(connection, config)
     await writer.recover()
     for order in orders:
         async with writer.transaction() as tx:
-            await tx.connection.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+            if insert is None:
+                await tx.connection.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+            else:
+                await tx.connection.execute(insert, {"id": order, "amount": order % 100})
             tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
             if order == kill_at:
                 if mode == "a":

@@ -117,9 +117,11 @@ def run_job(db: Database, bootstrap: str, topic: str, transactional_id: str, *, 
 
 
 def recover_async(db: Database, bootstrap: str, transactional_id: str, config: dict[str, Any] | None = None) -> None:
-    """What ``recover`` does, by AsyncDualWriter on psycopg's AsyncConnection."""
+    """What ``recover`` does, by AsyncDualWriter on psycopg's AsyncConnection (the same database as the jobs')."""
     async def run() -> None:
-        connection = await psycopg.AsyncConnection.connect(db.url.removeprefix("async:"))
+        with contextlib.closing(db.connect()) as blocking:
+            dsn = blocking.info.dsn
+        connection = await psycopg.AsyncConnection.connect(dsn)
         async with AsyncDualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                                                 **(config or {})}) as writer:
             await writer.recover()
@@ -163,12 +165,21 @@ def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database,
 
 
 @pytest.mark.timeout(600)
-def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(postgres_dsn, kafka, topic_factory):
-    """AsyncDualWriter on psycopg's AsyncConnection, SIGKILLed in each mode; each successor (async too) recovers."""
+@pytest.mark.parametrize("driver", ["psycopg", "sqlalchemy-asyncpg"])
+def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(postgres_dsn, kafka, topic_factory,
+                                                                             driver):
+    """AsyncDualWriter on psycopg's AsyncConnection, or SQLAlchemy's on asyncpg, SIGKILLed in each mode; each
+    successor (async too) recovers."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
-    scoped, _ = schema_database(postgres_dsn)
+    scoped, schema = schema_database(postgres_dsn)
     create_orders(scoped)
-    database = Database(f"async:{scoped.url}", scoped.connect, "%s")
+    url = scoped.url
+    if driver != "psycopg":
+        from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+        parts = conninfo_to_dict(postgres_dsn)
+        url = f"postgresql+asyncpg://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}#{schema}"
+    database = Database(f"async:{url}", scoped.connect, "%s")
     transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
     kills = kill_and_recover(database, bootstrap, topic, [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)],
                              seed=int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "11")), recover=recover_async,

@@ -1,10 +1,11 @@
-"""AsyncDualWriter against the coordinator model (no broker) and a real PostgreSQL through psycopg's
-AsyncConnection: the protocol's outcomes on the asyncio edge, its cancellation rule, and that Kafka's calls never
-block the event loop."""
+"""AsyncDualWriter against the coordinator model (no broker) and a real PostgreSQL, through psycopg's
+AsyncConnection and through SQLAlchemy's AsyncEngine (asyncpg) and AsyncConnection (psycopg): the protocol's
+outcomes on the asyncio edge, its cancellation rule, and that Kafka's calls never block the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -18,25 +19,45 @@ from .coordinator import CoordinatorModel, Faults, ModelTransport
 
 psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("psycopg.rows")
+sqlalchemy = pytest.importorskip("sqlalchemy")
+sqlalchemy_asyncio = pytest.importorskip("sqlalchemy.ext.asyncio")
+pytest.importorskip("asyncpg")
+pytest.importorskip("greenlet")
+from psycopg.conninfo import conninfo_to_dict  # noqa: E402
+
 TID = "adw-0"
 
 
 class Setup:
-    """A schema of its own on the session's PostgreSQL, and a coordinator model."""
+    """A schema of its own on the session's PostgreSQL, a coordinator model, and how writers connect (``kind``)."""
 
-    def __init__(self, dsn: str, *, version: int = 2, two_phase: bool = True):
+    def __init__(self, dsn: str, kind: str, *, version: int = 2, two_phase: bool = True):
         schema = f"s_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f"CREATE SCHEMA {schema}")
             admin.execute(f"CREATE TABLE {schema}.orders (id INTEGER PRIMARY KEY)")
         self.dsn = f"{dsn} options='-c search_path={schema}'"
+        self.kind = kind
+        parts = conninfo_to_dict(dsn)
+        self.url = (f"postgresql+{kind.rsplit('-', maxsplit=1)[-1]}://{parts['user']}@127.0.0.1:{parts['port']}/{parts['dbname']}")
+        self.engines: list[Any] = []
         self.model = CoordinatorModel(transaction_version=version, two_phase_enabled=two_phase)
         self.transport = ModelTransport(self.model, Faults())
 
+    async def connect(self, **options: Any) -> Any:
+        """What the writer is given: a psycopg AsyncConnection, an AsyncEngine, or an AsyncConnection of one."""
+        if self.kind == "psycopg":
+            return await psycopg.AsyncConnection.connect(self.dsn, **options)
+        schema = self.dsn.split("search_path=")[1][:-1]
+        engine = sqlalchemy_asyncio.create_async_engine(
+            self.url, connect_args={"server_settings": {"search_path": schema}} if self.kind.endswith("asyncpg")
+            else {"options": f"-c search_path={schema}"})
+        self.engines.append(engine)
+        return engine if self.kind.startswith("engine") else await engine.connect()
+
     async def writer(self) -> AsyncDualWriter:
-        connection = await psycopg.AsyncConnection.connect(self.dsn)
-        return AsyncDualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID,
-                                            "linger.ms": 0}, transport=self.transport)
+        return AsyncDualWriter(await self.connect(), {"bootstrap.servers": "model:9092", "transactional.id": TID,
+                                                      "linger.ms": 0}, transport=self.transport)
 
     def db_ids(self) -> list[int]:
         with psycopg.connect(self.dsn) as connection:
@@ -46,17 +67,31 @@ class Setup:
         return sorted(int(v) for v in self.model.committed_records())
 
 
+async def insert(tx: Any, order_id: int) -> None:
+    """The application's row, in the block: psycopg's execute, or SQLAlchemy Core."""
+    if hasattr(tx.connection, "exec_driver_sql"):
+        await tx.connection.execute(sqlalchemy.text("INSERT INTO orders VALUES (:id)"), {"id": order_id})
+    else:
+        await tx.connection.execute("INSERT INTO orders VALUES (%s)", (order_id,))
+
+
+def in_transaction(connection: Any) -> bool:
+    if hasattr(connection, "exec_driver_sql"):
+        return bool(connection.in_transaction())
+    return connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+
 async def order(writer: AsyncDualWriter, order_id: int, during: Any = None) -> None:
     async with writer.transaction() as tx:
-        await tx.connection.execute("INSERT INTO orders VALUES (%s)", (order_id,))
+        await insert(tx, order_id)
         tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
         if during is not None:
             await during()
 
 
-@pytest.fixture
-def setup(postgres_dsn: str) -> Setup:
-    return Setup(postgres_dsn)
+@pytest.fixture(params=["psycopg", "engine-asyncpg", "connection-psycopg"])
+def setup(postgres_dsn: str, request) -> Setup:
+    return Setup(postgres_dsn, request.param)
 
 
 def test_blocks_commit_both_or_roll_both_back(setup):
@@ -135,7 +170,7 @@ def slow(writer: AsyncDualWriter, method: str, seconds: float) -> None:
 async def order_seen(writer: AsyncDualWriter, order_id: int, seen: list[Any]) -> None:
     async with writer.transaction() as tx:
         seen.append(tx)
-        await tx.connection.execute("INSERT INTO orders VALUES (%s)", (order_id,))
+        await insert(tx, order_id)
         tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
 
 
@@ -226,7 +261,7 @@ def test_a_cancel_landing_as_the_protocol_reaches_the_block_rolls_both_back(setu
             await task
         writer._edge.drive = drive
         assert not writer.unfinished
-        assert writer.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert not in_transaction(writer.connection)
         await order(writer, 2)
         await writer.close()
 
@@ -265,6 +300,9 @@ def test_kafka_calls_never_block_the_event_loop(setup):
 def test_a_nested_block_of_the_same_writer_and_a_wrong_connection_are_refused(setup):
     """Inside its own block, the writer refuses another block, recover() and close(), also from a task started in
     the block (each would wait for the block forever); after close() it refuses use, and closes again quietly."""
+    if setup.kind != "psycopg":
+        pytest.skip("one kind is enough")
+
     async def scenario() -> None:
         writer = await setup.writer()
         async with writer.transaction():
@@ -296,7 +334,7 @@ def test_produce_keeps_copies_and_refuses_a_record_after_the_block(setup):
         writer = await setup.writer()
         buffer = bytearray(b"1")
         async with writer.transaction() as tx:
-            await tx.connection.execute("INSERT INTO orders VALUES (1)")
+            await insert(tx, 1)
             tx.produce("t", value=buffer, key=b"1", partition=0, headers=[("h", bytearray(b"x"))])
             buffer[:] = b"9"
         with pytest.raises(DualWriteUsageError, match="after its block"):
@@ -309,6 +347,9 @@ def test_produce_keeps_copies_and_refuses_a_record_after_the_block(setup):
 
 def test_a_dict_row_factory_on_the_connection_is_fine(setup):
     """psycopg's dict_row on the application's connection (found by the user-level review: KeyError: 0)."""
+    if setup.kind != "psycopg":
+        pytest.skip("psycopg's own row factory")
+
     async def scenario() -> None:
         connection = await psycopg.AsyncConnection.connect(setup.dsn, row_factory=psycopg.rows.dict_row)
         writer = AsyncDualWriter(connection, {"bootstrap.servers": "model:9092", "transactional.id": TID,
@@ -318,6 +359,30 @@ def test_a_dict_row_factory_on_the_connection_is_fine(setup):
             await tx.connection.execute("INSERT INTO orders VALUES (1)")
             tx.produce("t", value=b"1", key=b"1", partition=0)
             assert await (await tx.connection.execute("SELECT id FROM orders")).fetchone() == {"id": 1}
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert setup.db_ids() == setup.kafka_ids() == [1]
+
+
+def test_an_async_session_bound_to_the_block_is_in_the_dual_write(setup):
+    """FastAPI's usual way: an AsyncSession on the block's connection, joining it with a savepoint; its commit()
+    releases the savepoint, the block commits (or rolls back) both."""
+    if setup.kind == "psycopg":
+        pytest.skip("SQLAlchemy's")
+
+    async def scenario() -> None:
+        writer = await setup.writer()
+        for order_id, fail in ((1, False), (2, True)):
+            with contextlib.suppress(RuntimeError):
+                async with writer.transaction() as tx:
+                    async with sqlalchemy_asyncio.AsyncSession(bind=tx.connection,
+                                                               join_transaction_mode="create_savepoint") as session:
+                        await session.execute(sqlalchemy.text("INSERT INTO orders VALUES (:id)"), {"id": order_id})
+                        await session.commit()
+                    tx.produce("t", value=str(order_id).encode(), key=str(order_id).encode(), partition=0)
+                    if fail:
+                        raise RuntimeError("after the session's commit")
         await writer.close()
 
     asyncio.run(scenario())

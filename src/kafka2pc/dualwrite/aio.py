@@ -1,10 +1,10 @@
 """AsyncDualWriter: the dual-write protocol's asyncio edge (docs/dual-write-async.md).
 
 The same steps as DualWriter's (:mod:`kafka2pc.dualwrite.protocol`), driven with ``await`` by
-:class:`~kafka2pc.dualwrite.aio_edge.AsyncEdge`: the database through psycopg's ``AsyncConnection`` on the event
-loop, Kafka's blocking calls on the writer's own thread (one at a time, so its producer is never used by two
-threads). ``tx.produce`` keeps copies of the records until the block ends; they are produced and prepared in one
-hand-off."""
+:class:`~kafka2pc.dualwrite.aio_edge.AsyncEdge`: the database through psycopg's ``AsyncConnection`` or SQLAlchemy's
+(:mod:`kafka2pc.dualwrite.aio_sqlalchemy`) on the event loop, Kafka's blocking calls on the writer's own thread
+(one at a time, so its producer is never used by two threads). ``tx.produce`` keeps copies of the records until the
+block ends; they are produced and prepared in one hand-off."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kafka2pc.dualwrite.aio_edge import AsyncEdge
+from kafka2pc.dualwrite.aio_sqlalchemy import SqlAlchemyAsyncEdge, SqlAlchemyAsyncFacts, async_sqlalchemy_kind
 from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.dualwrite.protocol import Record, WriterProtocol
-from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.dualwrite.state_table import StateTable, state_table_ddl
 from kafka2pc.dualwrite.writer_parts import ClusterTransport, WriterCluster, transactional_id_of, writer_protocol
 from kafka2pc.errors import ConfigError, DualWriteUsageError, UsageError
 from kafka2pc.producer import as_bytes, as_headers
@@ -73,8 +74,10 @@ class AsyncDualWriteTransaction:
 
 
 class AsyncDualWriter:
-    """Commits a psycopg ``AsyncConnection``'s transaction and a Kafka transaction atomically, under one
-    transactional id: DualWriter's protocol, state table and recovery, with ``await``.
+    """Commits the transaction of a psycopg ``AsyncConnection``, or of SQLAlchemy's ``AsyncConnection`` or
+    ``AsyncEngine`` (asyncpg or psycopg; the writer checks one connection out of an engine for its lifetime), and a
+    Kafka transaction atomically, under one transactional id: DualWriter's protocol, state table and recovery, with
+    ``await``.
 
     ``config`` is a TwoPhaseProducer configuration (``bootstrap.servers``, ``transactional.id``, ...). One writer
     per transactional id at a time; one block at a time per writer. ``transport`` replaces the network (a
@@ -85,26 +88,28 @@ class AsyncDualWriter:
                  transport: ClusterTransport | None = None):
         self.transactional_id = transactional_id_of(config)
         psycopg = sys.modules.get("psycopg")
-        if psycopg is None or not isinstance(connection, psycopg.AsyncConnection):
-            raise ConfigError("connection", f"{type(connection).__name__} is not a psycopg AsyncConnection (the "
-                                            "one asyncio connection AsyncDualWriter takes; DualWriter takes DB-API "
-                                            "and SQLAlchemy connections)")
-        self._connection = connection
-        # the protocol reads facts of the connection (autocommit, its transaction's status) through the DB-API
-        # view: those need no I/O; every statement goes through the edge
-        self._facts = DbapiConnection(connection)
-        self._table = StateTable(self._facts, state_table, create=create_state_table)
-        # settings checked now; the cluster client (which connects) is made on the Kafka thread at first use
+        self._kind = "psycopg" if psycopg is not None and isinstance(connection, psycopg.AsyncConnection) else \
+            async_sqlalchemy_kind(connection)
+        if self._kind is None:
+            raise ConfigError("connection", f"{type(connection).__name__} is not a psycopg AsyncConnection, nor "
+                                            "SQLAlchemy's AsyncConnection or AsyncEngine (DualWriter takes DB-API and "
+                                            "SQLAlchemy's blocking connections)")
+        state_table_ddl(state_table)  # a bad name is a ConfigError now, not at first use
+        self._given, self._state_table, self._create_state_table = connection, state_table, create_state_table
+        # settings checked now; the cluster client (which connects) is made on the Kafka thread at first use, as is
+        # an AsyncEngine's connection (on the loop)
         self._cluster = WriterCluster(config, two_phase_commit=two_phase_commit, transport=transport)
-        self._protocol: WriterProtocol | None = None
         self._kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka2pc-{self.transactional_id}")
-        self._edge = AsyncEdge(connection, self._kafka)
+        self._connection: Any = None if self._kind == "engine" else connection
+        self._protocol: WriterProtocol | None = None
+        self._edge: AsyncEdge = AsyncEdge(connection, self._kafka)
         self._lock = asyncio.Lock()
         self._closed = False
 
     @property
     def connection(self) -> Any:
-        """The psycopg AsyncConnection the writer works through."""
+        """The connection the writer works through: the one it was given, or the one it checked out of an
+        AsyncEngine (None before its first call)."""
         return self._connection
 
     @property
@@ -167,6 +172,8 @@ class AsyncDualWriter:
                 with contextlib.suppress(Exception):
                     await self._edge.call(self._cluster.close)
                 self._kafka.shutdown(wait=False)
+                if self._kind == "engine" and self._connection is not None:
+                    await self._connection.close()  # the writer's own, checked out of the engine
 
     async def __aenter__(self) -> AsyncDualWriter:
         return self
@@ -189,11 +196,20 @@ class AsyncDualWriter:
             yield
 
     async def _opened(self) -> WriterProtocol:
-        """The protocol, its cluster client made on the Kafka thread the first time (it connects: never on the
-        event loop)."""
+        """The protocol, made at the first call: the cluster client on the Kafka thread (it connects: never on the
+        event loop), an AsyncEngine's connection checked out."""
         if self._protocol is None:
+            if self._kind == "engine" and self._connection is None:
+                self._connection = await self._given.connect()
+            facts: DbapiConnection
+            if self._kind == "psycopg":
+                facts = DbapiConnection(self._connection)
+            else:
+                facts, self._edge = SqlAlchemyAsyncFacts(self._connection), SqlAlchemyAsyncEdge(self._connection,
+                                                                                              self._kafka)
+            table = StateTable(facts, self._state_table, create=self._create_state_table)
             await self._edge.call(self._cluster.connect)
-            self._protocol = writer_protocol(self._facts, self._table, self._cluster, lease=None, lease_s=0.0)
+            self._protocol = writer_protocol(facts, table, self._cluster, lease=None, lease_s=0.0)
         return self._protocol
 
     async def _run(self, steps: Any) -> None:

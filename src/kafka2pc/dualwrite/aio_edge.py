@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -95,6 +96,14 @@ class AsyncEdge:
 
     async def perform(self, action: Action) -> Any:
         """Carry out one action; its result, or its exception."""
+        if isinstance(action, Call):
+            return await self.call(action.function, *action.args)
+        if isinstance(action, Sleep):
+            return await asyncio.sleep(action.seconds)
+        return await self.database(action)
+
+    async def database(self, action: Action) -> Any:
+        """A statement, begin, commit or rollback on psycopg's AsyncConnection."""
         connection = self.connection
         if isinstance(action, Sql):
             cursor = connection.cursor(row_factory=self._tuple_row)  # whatever row factory the application set
@@ -103,23 +112,18 @@ class AsyncEdge:
                 return await _read(cursor, action.fetch)
             finally:
                 await cursor.close()
-        if isinstance(action, Call):
-            return await self.call(action.function, *action.args)
         if isinstance(action, Commit):
             return await connection.commit()
         if isinstance(action, Rollback):
             return await connection.rollback()
-        if isinstance(action, Sleep):
-            return await asyncio.sleep(action.seconds)
         if isinstance(action, Begin):
             return None  # psycopg begins with the first statement
         raise TypeError(f"{action!r} is not an action to perform")
 
 
 def _tuple_row_factory() -> Any:
-    from psycopg.rows import tuple_row  # noqa: PLC0415 - psycopg is optional; the edge is made only with it
-
-    return tuple_row
+    psycopg_rows = sys.modules.get("psycopg.rows")  # loaded with psycopg (an edge on SQLAlchemy needs none)
+    return None if psycopg_rows is None else psycopg_rows.tuple_row
 
 
 async def _read(cursor: Any, fetch: Fetch) -> Any:

@@ -198,8 +198,8 @@ def adapt(connection: Any) -> DbapiConnection:
     if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
         raise ConfigError("connection", "is a psycopg AsyncConnection: use AsyncDualWriter (docs/dual-write-async.md)")
     if type(connection).__module__.startswith("sqlalchemy.ext.asyncio"):
-        raise ConfigError("connection", f"is SQLAlchemy's {type(connection).__name__}: asyncio SQLAlchemy is not "
-                                        "supported yet; AsyncDualWriter takes a psycopg AsyncConnection")
+        raise ConfigError("connection", f"is SQLAlchemy's {type(connection).__name__}: use AsyncDualWriter "
+                                        "(docs/dual-write-async.md)")
     if not callable(getattr(connection, "cursor", None)) or not callable(getattr(connection, "commit", None)):
         raise ConfigError("connection", f"{type(connection).__name__} is not a DB-API 2.0 connection, a SQLAlchemy "
                                         "Connection or an Engine")

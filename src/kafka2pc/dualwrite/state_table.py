@@ -136,11 +136,17 @@ class StateTable:
         self.leasing = False
         self.sqlite, self.mysql = connection.sqlite, connection.mysql
         self.now = NOW_SQL["sqlite" if self.sqlite else "mysql" if self.mysql else "other"]
-        self._p = "?" if connection.paramstyle == "qmark" else "%s"
+        self._style = connection.paramstyle
         self.errors = connection.module  # DB-API exception classes live on the driver module
 
     def sql(self, text: str) -> str:
-        return text.replace("?", self._p)
+        """``text`` with its ``?`` placeholders in the connection's style (``%s``; ``$1``, ``$2``... for asyncpg)."""
+        if self._style == "qmark":
+            return text
+        if self._style == "numeric_dollar":
+            parts = text.split("?")
+            return parts[0] + "".join(f"${number}{part}" for number, part in enumerate(parts[1:], start=1))
+        return text.replace("?", "%s")
 
     def _ensure_table(self, *, leases: bool = False) -> Steps[None]:
         """Check once that the table exists (with the lease columns when ``leases``); create it, or add the
@@ -215,9 +221,9 @@ class StateTable:
                                 Fetch.ONE)
             elif self.mysql:
                 row = yield Sql("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() "
-                                "AND table_name = %s", (self.table,), Fetch.ONE)
+                                "AND table_name = %s", (self.table,), Fetch.ONE)  # PyMySQL: %s
             else:  # PostgreSQL: the table as the connection's search_path finds it
-                row = yield Sql("SELECT to_regclass(%s) IS NOT NULL", (self.table,), Fetch.ONE)
+                row = yield Sql(self.sql("SELECT to_regclass(?) IS NOT NULL"), (self.table,), Fetch.ONE)
             return bool(row and row[0])
         finally:
             yield Rollback()
