@@ -44,6 +44,19 @@ class Killing:
             die()
 
 
+class KillingAsync:
+    """Killing, for an asyncio connection class."""
+
+    arm: str | None = None
+
+    async def commit(self) -> None:
+        if self.arm == "b":
+            die()
+        await super().commit()  # type: ignore[misc]
+        if self.arm == "c":
+            die()
+
+
 class KillingSqlite(Killing, sqlite3.Connection):
     pass
 
@@ -74,29 +87,15 @@ async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill
     (psycopg's AsyncConnection), or ``postgresql+asyncpg://...#schema`` (SQLAlchemy's AsyncConnection)."""
     import psycopg  # noqa: PLC0415
 
-    class KillingAsyncPostgres(psycopg.AsyncConnection):
-        arm: str | None = None
-
-        async def commit(self) -> None:
-            if self.arm == "b":
-                die()
-            await super().commit()
-            if self.arm == "c":
-                die()
+    class KillingAsyncPostgres(KillingAsync, psycopg.AsyncConnection):
+        pass
 
     if dsn.startswith("postgresql+"):  # SQLAlchemy's AsyncConnection (asyncpg), subclassed the same way
         from sqlalchemy import text  # noqa: PLC0415
         from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine  # noqa: PLC0415
 
-        class KillingAsyncSqlAlchemy(AsyncConnection):
-            arm: str | None = None
-
-            async def commit(self) -> None:
-                if self.arm == "b":
-                    die()
-                await super().commit()
-                if self.arm == "c":
-                    die()
+        class KillingAsyncSqlAlchemy(KillingAsync, AsyncConnection):
+            pass
 
         url, _, schema = dsn.partition("#")
         engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})

@@ -371,33 +371,21 @@ def test_gunicorn_flask_fleet_with_recycled_and_killed_workers(postgres_dsn, kaf
     are in flight: every answered order is in the database and on Kafka, once."""
     pytest.importorskip("gunicorn")
     pytest.importorskip("flask")
-    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
-    db, url, _ = fleet_database(postgres_dsn)
-    prefix = f"web-{uuid.uuid4().hex[:6]}"
-    port = free_ports(1)[0]
     log = tmp_path / "gunicorn.log"
-    command = [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind",
-               f"127.0.0.1:{port}", "--workers", "4", "--threads", "2", "--max-requests", str(MAX_REQUESTS),
-               "--max-requests-jitter", str(MAX_REQUESTS_JITTER), "--graceful-timeout", "10", "flask_app:app"]
-    began = time.monotonic()
-    with server(command, fleet_env(url, bootstrap, topic, prefix), log) as gunicorn:
-        wait_ready(port, gunicorn, log)
-        watch = KillWatch(db, bootstrap, prefix)
-        outcomes = place_orders(port, GUNICORN_ORDERS, clients=12,
-                                on_progress=kill_a_worker_at(watch, gunicorn, GUNICORN_ORDERS // 3))
-        ran_s = time.monotonic() - began
-        db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
-        worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
-        recycled = tail(log, 10**7).count("Autorestarting worker")
-        # each worker lives at most MAX_REQUESTS + MAX_REQUESTS_JITTER requests: the orders alone needed this many
-        assert len(worker_pids) >= GUNICORN_ORDERS // (MAX_REQUESTS + MAX_REQUESTS_JITTER) and recycled >= 2, \
-            f"workers were not recycled ({recycled} restarts): pids {sorted(worker_pids)}"
-        stopped_s = assert_all_free_after_stop(gunicorn, db, prefix, log, within_s=20)
+    outcomes, (db_ids, ran_s, watch, settled_after, stopped_s) = serve_and_kill(
+        postgres_dsn, kafka, topic_factory, log=log, prefix="web", orders=GUNICORN_ORDERS, clients=12,
+        arguments=["--workers", "4", "--threads", "2", "--max-requests", str(MAX_REQUESTS), "--max-requests-jitter",
+                   str(MAX_REQUESTS_JITTER), "--graceful-timeout", "10", "flask_app:app"])
+    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
+    recycled = tail(log, 10**7).count("Autorestarting worker")
+    # each worker lives at most MAX_REQUESTS + MAX_REQUESTS_JITTER requests: the orders alone needed this many
+    assert len(worker_pids) >= GUNICORN_ORDERS // (MAX_REQUESTS + MAX_REQUESTS_JITTER) and recycled >= 2, \
+        f"workers were not recycled ({recycled} restarts): pids {sorted(worker_pids)}"
     statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
     print(f"\ngunicorn: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes ({recycled} "
           f"recycled by max_requests); answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: "
           f"settled {settled_after:.1f} s after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; "
-          f"{len(fleet_rows(db, prefix))} ids in the fleet, all free {stopped_s:.1f} s after SIGTERM")
+          f"all ids free {stopped_s:.1f} s after SIGTERM")
 
 
 DJANGO_ORDERS = 160
@@ -409,29 +397,41 @@ def test_gunicorn_django_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_f
     its request thread's), one worker SIGKILLed while requests are in flight and restarted by gunicorn's master."""
     pytest.importorskip("gunicorn")
     pytest.importorskip("django")
-    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
-    db, url, _ = fleet_database(postgres_dsn)
-    prefix = f"dj-{uuid.uuid4().hex[:6]}"
-    port = free_ports(1)[0]
-    log = tmp_path / "gunicorn-django.log"
-    command = [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind",
-               f"127.0.0.1:{port}", "--workers", "3", "--threads", "2", "--graceful-timeout", "10",
-               "django_app:application"]
-    began = time.monotonic()
-    with server(command, fleet_env(url, bootstrap, topic, prefix), log) as gunicorn:
-        wait_ready(port, gunicorn, log)
-        watch = KillWatch(db, bootstrap, prefix)
-        outcomes = place_orders(port, DJANGO_ORDERS, clients=8,
-                                on_progress=kill_a_worker_at(watch, gunicorn, DJANGO_ORDERS // 3))
-        ran_s = time.monotonic() - began
-        db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
-        worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
-        stopped_s = assert_all_free_after_stop(gunicorn, db, prefix, log, within_s=20)
+    outcomes, results = serve_and_kill(postgres_dsn, kafka, topic_factory, log=tmp_path / "gunicorn-django.log",
+                                       prefix="dj", orders=DJANGO_ORDERS,
+                                       arguments=["--workers", "3", "--threads", "2", "--graceful-timeout", "10",
+                                                  "django_app:application"])
+    db_ids, ran_s, watch, settled_after, stopped_s = results
+    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
     statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
     print(f"\ngunicorn + Django: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; "
           f"answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s "
           f"after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s "
           "after SIGTERM")
+
+
+def serve_and_kill(postgres_dsn: str, kafka: Any, topic_factory: Any, *, log: Path, prefix: str,
+                   arguments: list[str], orders: int, clients: int = 8,
+                   ) -> tuple[dict[int, Outcome], tuple[list[int], float, KillWatch, float, float]]:
+    """gunicorn with ``arguments`` on a database and topic of their own, loaded with ``orders`` from ``clients``, one
+    worker SIGKILLed a third of the way, then stopped: the outcomes, and (DB ids, run time, the kill, its settling
+    time, the stop's time), all checked by check_fleet and assert_all_free_after_stop."""
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
+    db, url, _ = fleet_database(postgres_dsn)
+    prefix = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    port = free_ports(1)[0]
+    command = [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind",
+               f"127.0.0.1:{port}", *arguments]
+    began = time.monotonic()
+    with server(command, fleet_env(url, bootstrap, topic, prefix), log) as gunicorn:
+        wait_ready(port, gunicorn, log)
+        watch = KillWatch(db, bootstrap, prefix)
+        outcomes = place_orders(port, orders, clients=clients,
+                                on_progress=kill_a_worker_at(watch, gunicorn, orders // 3))
+        ran_s = time.monotonic() - began
+        db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
+        stopped_s = assert_all_free_after_stop(gunicorn, db, prefix, log, within_s=20)
+    return outcomes, (db_ids, ran_s, watch, settled_after, stopped_s)
 
 
 FASTAPI_ORDERS = 200

@@ -45,13 +45,7 @@ def postgres_dsn() -> Iterator[str]:
     """A real PostgreSQL server for the session."""
     from kafka2pc_harness.postgres import postgres_dsn as provide  # noqa: PLC0415 - only tests that need one
 
-    try:
-        context = provide()
-        dsn = context.__enter__()
-    except HarnessSetupError as exc:
-        pytest.fail(f"could not provide PostgreSQL: {exc}", pytrace=False)
-    yield dsn
-    context.__exit__(None, None, None)
+    yield from _provided(provide, "PostgreSQL")
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +53,17 @@ def mariadb_url() -> Iterator[str]:
     """A real MariaDB server for the session."""
     from kafka2pc_harness.mariadb import mariadb_url as provide  # noqa: PLC0415 - only tests that need one
 
+    yield from _provided(provide, "MariaDB")
+
+
+def _provided(provide: Callable[[], Any], what: str) -> Iterator[str]:
+    """What a harness context manager provides, for a fixture's life; a setup failure fails the test, named."""
     try:
         context = provide()
-        url = context.__enter__()
+        address = context.__enter__()
     except HarnessSetupError as exc:
-        pytest.fail(f"could not provide MariaDB: {exc}", pytrace=False)
-    yield url
+        pytest.fail(f"could not provide {what}: {exc}", pytrace=False)
+    yield address
     context.__exit__(None, None, None)
 
 
