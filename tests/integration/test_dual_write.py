@@ -165,7 +165,7 @@ def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database,
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("driver", ["psycopg", "sqlalchemy-asyncpg"])
+@pytest.mark.parametrize("driver", ["psycopg", pytest.param("sqlalchemy-asyncpg", marks=pytest.mark.slow)])
 def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(postgres_dsn, kafka, topic_factory,
                                                                              driver):
     """AsyncDualWriter on psycopg's AsyncConnection, or SQLAlchemy's on asyncpg, SIGKILLed in each mode; each

@@ -102,6 +102,9 @@ def test_misuse_inside_the_block_ends_it_with_nothing_split(clean, kafka, topic_
                 insert(tx, 5, topic)  # a duplicate: the savepoint rolls it back, the block goes on
         except django.db.IntegrityError:
             pass
+    # as the ORM's save() does, Django marks the block on a duplicate: the application's own error, not a usage error
+    with pytest.raises(django.db.IntegrityError), dual.transaction() as tx, transaction.mark_for_rollback_on_error():
+        insert(tx, 5, topic)
     with transaction.atomic(), pytest.raises(UsageError, match="non_atomic_requests"), dual.transaction():
         pass  # a dual write inside an outer atomic block (ATOMIC_REQUESTS) is refused before it begins
     assert not connection.in_atomic_block

@@ -318,7 +318,7 @@ def test_a_session_limit_of_its_own_ending_what_the_application_began_after_comm
                 tx.cursor.execute("SET idle_in_transaction_session_timeout = 1500")
         with pytest.raises(Exception) as raised, pool.transaction() as tx:
             tx.cursor.execute("INSERT INTO orders VALUES (1)")
-            tx.connection.commit()  # the application's misuse: it commits inside the block
+            tx.cursor.execute("COMMIT")  # the misuse: a commit past psycopg (which refuses commit() in the block)
             tx.cursor.execute("SELECT 1")  # a transaction of its own, under the session's limit only
             time.sleep(2.5)  # a slow call: PostgreSQL ends the session (25P03)
             if how == "the block raises":

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kafka2pc.dualwrite import DualWriter, DualWriterPool, DualWriteUsageError
-from kafka2pc.errors import ConfigError
+from kafka2pc.errors import ConfigError, UsageError
 
 from .test_dual_write import Database, kafka_keys, kill_and_recover
 
@@ -160,3 +160,18 @@ def test_a_dict_cursor_connection_is_fine(database, kafka, topic_factory):
         assert tx.cursor.fetchone() == {"id": 1}
     dual.close()
     assert database.ids() == kafka_keys(bootstrap, topic) == [1]
+
+
+def test_a_transaction_that_only_read_is_refused_before_the_block(database, kafka):
+    """A SELECT leaves a transaction open that PyMySQL's status flag does not show (found by the second
+    adversarial review: on a new id, the writer's rollback ended it and dropped its locks)."""
+    connection = database.connect()
+    dual = writer(database, kafka.bootstrap_servers, f"r-{uuid.uuid4().hex[:6]}", connection)
+    cursor = connection.cursor()
+    cursor.execute("SELECT id FROM orders")  # PyMySQL's status flag does not show this one
+    with pytest.raises(UsageError, match="open transaction"), dual.transaction():
+        pass
+    connection.rollback()
+    with dual.transaction():
+        pass
+    dual.close()

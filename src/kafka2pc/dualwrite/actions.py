@@ -51,6 +51,21 @@ class Rollback:
 
 
 @attrs.frozen
+class Savepoint:
+    """Take (``take``), release (``release``) or roll back to (``rollback_to``) the block's savepoint, ``name``. On
+    psycopg the edge takes it with psycopg's own transaction context, so that the application's ``commit()`` or
+    ``rollback()`` inside the block is refused before it does anything; elsewhere it is plain SQL."""
+
+    op: str = attrs.field(validator=attrs.validators.in_(("take", "release", "rollback_to")))
+    name: str = "kafka2pc_dual_write_block"
+
+    @property
+    def sql(self) -> str:
+        verb = {"take": "SAVEPOINT", "release": "RELEASE SAVEPOINT", "rollback_to": "ROLLBACK TO SAVEPOINT"}[self.op]
+        return f"{verb} {self.name}"
+
+
+@attrs.frozen
 class Sleep:
     """Wait before a retry."""
 
@@ -72,6 +87,6 @@ class Block:
     edge, whose ``tx.produce`` must not block the loop); a blocking edge produces at once and replies ()."""
 
 
-Action = Sql | Begin | Commit | Rollback | Sleep | Call | Block
+Action = Sql | Begin | Commit | Rollback | Savepoint | Sleep | Call | Block
 #: a protocol step: yields actions, receives their results, returns a T
 Steps = Generator[Action, Any, T]

@@ -27,9 +27,9 @@ from kafka2pc.producer import as_bytes, as_headers
 
 #: what one block may keep back for Kafka (records are held in memory until the block ends)
 MAX_KEPT_BACK_BYTES = 64 * 1024 * 1024
-#: the writers whose block the current task (or a task it started) is inside
-_INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("kafka2pc_async_blocks",
-                                                                         default=frozenset())
+#: the blocks (a marker each) the current task, or a task it started, is inside
+_INSIDE: contextvars.ContextVar[frozenset[object]] = contextvars.ContextVar("kafka2pc_async_blocks",
+                                                                            default=frozenset())
 
 
 class AsyncDualWriteTransaction:
@@ -105,6 +105,8 @@ class AsyncDualWriter:
         self._edge: AsyncEdge = AsyncEdge(connection, self._kafka)
         self._lock = asyncio.Lock()
         self._closed = False
+        #: the marker of the block open now, if one is (tasks inside it carry it in _INSIDE)
+        self._open_block: object | None = None
 
     @property
     def connection(self) -> Any:
@@ -144,7 +146,8 @@ class AsyncDualWriter:
             if not await self._edge.drive(steps):
                 raise AssertionError("the protocol ended before its block")  # pragma: no cover
             tx = AsyncDualWriteTransaction(self._connection)
-            inside = _INSIDE.set(_INSIDE.get() | {id(self)})
+            self._open_block = marker = object()
+            inside = _INSIDE.set(_INSIDE.get() | {marker})
             try:
                 yield tx
             except BaseException as exc:
@@ -152,6 +155,8 @@ class AsyncDualWriter:
                 _INSIDE.reset(inside)
                 await self._edge.drive(steps, None, exc, block=tx)
                 raise
+            finally:
+                self._open_block = None
             tx_records = tx._end()
             _INSIDE.reset(inside)
             await self._edge.drive(steps, tx_records, block=tx)
@@ -185,7 +190,7 @@ class AsyncDualWriter:
     async def _using(self, what: str) -> AsyncIterator[None]:
         """The writer, one call at a time: refused when closed, or from inside its own block (it would wait for
         itself)."""
-        if id(self) in _INSIDE.get():
+        if self._open_block is not None and self._open_block in _INSIDE.get():
             raise DualWriteUsageError(f"{self.transactional_id!r}: {what} inside this writer's own transaction() "
                                       "block (or a task started in it); one block is one DB transaction")
         if self._closed:

@@ -10,6 +10,7 @@ await was cancelled is always followed, never overtaken, by the protocol's next 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import sys
@@ -17,7 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from kafka2pc.dualwrite.actions import Action, Begin, Block, Call, Commit, Fetch, Rollback, Sleep, Sql, Steps
+from kafka2pc.dualwrite.actions import Action, Begin, Block, Call, Commit, Fetch, Rollback, Savepoint, Sleep, Sql, Steps
+from kafka2pc.dualwrite.psycopg_block import PsycopgBlock
 
 T = TypeVar("T")
 
@@ -35,6 +37,8 @@ class AsyncEdge:
         self.connection = connection
         self.kafka = kafka
         self._tuple_row = _tuple_row_factory()
+        #: the block's savepoint, psycopg's transaction context: the application's commit() is refused in it
+        self._block = PsycopgBlock()
 
     async def call(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on the Kafka thread, in a copy of this task's context (metrics labels ride along)."""
@@ -46,11 +50,15 @@ class AsyncEdge:
         """Drive ``steps`` to their Block (True) or their end (False); ``block``, after the application's block, is
         told when the database commit succeeded."""
         deferred: BaseException | None = None  # a cancel that waits for the protocol's end
-        finishing = False  # past the commit point, or rolling back after a delivered cancel
+        # past the commit point, or rolling back: once an error is in the protocol (the block's, a cancel among them,
+        # or an action's after the block) it only rolls back, and a further cancel must not cut that short
+        finishing = error is not None
         while True:
             try:
                 action = steps.send(reply) if error is None else steps.throw(error)
             except StopIteration:
+                if block is not None:
+                    block.committed = True  # the transaction's steps end normally only once the database committed
                 if deferred is not None:
                     raise deferred from None
                 return False
@@ -64,17 +72,20 @@ class AsyncEdge:
                     return True
                 error, deferred, finishing = deferred, None, True  # cancelled before the block: roll back there
                 continue
-            finishing = finishing or isinstance(action, Commit)
-            if finishing:
+            # sticky only at the transaction's own commit point (after the block); a recovery's commit is shielded
+            # alone, so a later lock wait stays cancellable
+            finishing = finishing or (isinstance(action, Commit) and block is not None)
+            if finishing or isinstance(action, Commit):
                 reply, error, cancel = await self._uncancellable(action)
                 deferred = deferred or cancel
             else:
                 try:
-                    reply = await self.perform(action)
+                    reply = await (self.statement(action) if isinstance(action, Sql) else self.perform(action))
                 except asyncio.CancelledError as exc:
                     error, finishing = exc, True  # delivered: the protocol rolls back, further cancels wait
                 except BaseException as exc:
                     error = exc
+                    finishing = finishing or block is not None  # after the block an error means the rollback
             if block is not None and isinstance(action, Commit) and error is None:
                 block.committed = True
 
@@ -88,11 +99,26 @@ class AsyncEdge:
             except asyncio.CancelledError as exc:
                 if running.cancelled():
                     raise  # the action itself was cancelled: the loop is closing
-                if running.done():
-                    return None, exc, cancel  # the action's own CancelledError
-                cancel = exc
+                cancel = exc  # the action ran on, or has just ended: its own outcome is awaited again
             except Exception as exc:
                 return None, exc, cancel
+
+    async def statement(self, action: Sql) -> Any:
+        """A statement that a cancel interrupts on the server (psycopg's cancel_safe), never in the client: psycopg
+        closes a connection whose own cancellation is cancelled again (anyio's cancel scopes do that). The
+        statement's end is awaited whatever further cancels come; then the first cancel is raised."""
+        running = asyncio.ensure_future(self.perform(action))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError as exc:
+            if running.cancelled():
+                raise
+            first = exc
+        interrupt = asyncio.ensure_future(self.connection.cancel_safe())
+        while not (running.done() and interrupt.done()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(asyncio.gather(running, interrupt, return_exceptions=True))
+        raise first
 
     async def perform(self, action: Action) -> Any:
         """Carry out one action; its result, or its exception."""
@@ -112,9 +138,15 @@ class AsyncEdge:
                 return await _read(cursor, action.fetch)
             finally:
                 await cursor.close()
+        if isinstance(action, Savepoint):
+            if action.op == "take":
+                return await self._block.take_async(connection, action)
+            return await self._block.end_async(connection, action)
         if isinstance(action, Commit):
+            await self._block.drop_async()  # never held here (the protocol releases it first)
             return await connection.commit()
         if isinstance(action, Rollback):
+            await self._block.drop_async()
             return await connection.rollback()
         if isinstance(action, Begin):
             return None  # psycopg begins with the first statement

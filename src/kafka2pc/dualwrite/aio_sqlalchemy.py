@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kafka2pc.dualwrite.actions import Action, Begin, Commit, Fetch, Rollback, Sql
+from kafka2pc.dualwrite.actions import Action, Begin, Commit, Fetch, Rollback, Savepoint, Sql
 from kafka2pc.dualwrite.aio_edge import AsyncEdge
 from kafka2pc.dualwrite.connection import DbapiConnection
 from kafka2pc.errors import ConfigError
@@ -35,6 +35,7 @@ class SqlAlchemyAsyncFacts(DbapiConnection):
         self.given = connection
         self.module = None
         self.sqlite, self.mysql = False, False
+        self._block = None
         name = connection.dialect.name
         if name != "postgresql":
             raise ConfigError("connection", f"is SQLAlchemy on {name!r}: AsyncDualWriter works on PostgreSQL "
@@ -63,6 +64,11 @@ class SqlAlchemyAsyncFacts(DbapiConnection):
 class SqlAlchemyAsyncEdge(AsyncEdge):
     """The asyncio edge, its database half on SQLAlchemy's AsyncConnection."""
 
+    async def statement(self, action: Sql) -> Any:
+        """A statement, cancelled in the client as the driver does it (SQLAlchemy has no server-side cancel of its
+        own to wait for)."""
+        return await self.perform(action)
+
     async def database(self, action: Action) -> Any:
         connection = self.connection
         if isinstance(action, Sql):
@@ -76,6 +82,9 @@ class SqlAlchemyAsyncEdge(AsyncEdge):
                 return result.rowcount
             if action.fetch is Fetch.COLUMNS:
                 return [str(key).lower() for key in result.keys()]  # noqa: SIM118 - iterating a result gives rows
+            return None
+        if isinstance(action, Savepoint):
+            await connection.exec_driver_sql(action.sql)
             return None
         if isinstance(action, Begin):
             if not connection.in_transaction():

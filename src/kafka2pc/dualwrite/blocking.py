@@ -7,7 +7,19 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
-from kafka2pc.dualwrite.actions import Action, Begin, Block, Call, Commit, Fetch, Rollback, Sleep, Sql, Steps
+from kafka2pc.dualwrite.actions import (
+    Action,
+    Begin,
+    Block,
+    Call,
+    Commit,
+    Fetch,
+    Rollback,
+    Savepoint,
+    Sleep,
+    Sql,
+    Steps,
+)
 from kafka2pc.dualwrite.connection import DbapiConnection
 
 T = TypeVar("T")
@@ -38,6 +50,8 @@ def perform(action: Action, db: DbapiConnection) -> Any:
         return read(cursor, action.fetch)
     if isinstance(action, Call):
         return action.function(*action.args)
+    if isinstance(action, Savepoint):
+        return db.savepoint(action)
     if isinstance(action, Begin):
         return db.begin()
     if isinstance(action, Commit):

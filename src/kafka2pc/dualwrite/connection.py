@@ -9,10 +9,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from kafka2pc.dualwrite.actions import Savepoint
+from kafka2pc.dualwrite.psycopg_block import PsycopgBlock
 from kafka2pc.errors import ConfigError
 
 #: the DB-API modules of MySQL's and MariaDB's drivers
-_MYSQL_DRIVERS = frozenset({"pymysql", "MySQLdb"})
+_MYSQL_DRIVERS = frozenset({"pymysql"})
 
 
 def is_closed(connection: Any) -> bool:
@@ -41,6 +43,9 @@ class DbapiConnection:
         self.sqlite = self.module is not None and self.module.__name__ == "sqlite3"
         #: MySQL or MariaDB (PyMySQL, mysqlclient)
         self.mysql = self.module is not None and self.module.__name__ in _MYSQL_DRIVERS
+        #: psycopg used directly: the block's savepoint is psycopg's transaction context (psycopg_block.py)
+        self._block = PsycopgBlock() if self.module is not None and self.module.__name__ == "psycopg" and \
+            type(self) is DbapiConnection and self.given is self._dbapi else None
 
     @property
     def dbapi(self) -> Any:
@@ -74,14 +79,32 @@ class DbapiConnection:
         framework's transaction hooks); None when nothing is known."""
         return None
 
+    def marked_for_rollback(self) -> bool:
+        """Whether a framework marked the open transaction for rollback after a failed statement (it is still
+        open: the block's error is the application's, not an ended transaction)."""
+        return False
+
     def begin(self) -> None:
         """Before the first statement of a transaction (DB-API drivers begin implicitly)."""
 
     def commit(self) -> None:
+        if self._block is not None:
+            self._block.drop()  # never held here (the protocol releases it first); never committed with
         self.given.commit()
 
     def rollback(self) -> None:
+        if self._block is not None:
+            self._block.drop()
         self.given.rollback()
+
+    def savepoint(self, action: Savepoint) -> None:
+        """The block's savepoint (actions.Savepoint)."""
+        if self._block is None:
+            self.statement_cursor().execute(action.sql)
+        elif action.op == "take":
+            self._block.take(self.given, action)
+        else:
+            self._block.end(self.given, action)
 
     def cursor(self) -> Any:
         return self.given.cursor()
@@ -194,6 +217,9 @@ def adapt(connection: Any) -> DbapiConnection:
         if orm is not None and isinstance(connection, orm.Session):
             raise ConfigError("connection", "is an ORM Session: pass its Engine or a Connection, and bind a Session "
                                             "to tx.connection inside the block (docs/dual-write.md, SQLAlchemy)")
+    if type(connection).__module__.split(".")[0] == "MySQLdb":
+        raise ConfigError("connection", "is mysqlclient's (MySQLdb): the dual writer takes PyMySQL's connections on "
+                                        "MySQL and MariaDB (it reads their transaction status and error numbers)")
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
         raise ConfigError("connection", "is a psycopg AsyncConnection: use AsyncDualWriter (docs/dual-write-async.md)")

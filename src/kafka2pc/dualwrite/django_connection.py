@@ -41,6 +41,7 @@ class DjangoConnection(DbapiConnection):
         self.module = utils
         self.sqlite, self.mysql = False, False
         self._atomic: Any = None
+        self._block = None
 
     @classmethod
     def of(cls, connection: Any) -> DjangoConnection:
@@ -84,8 +85,13 @@ class DjangoConnection(DbapiConnection):
 
     def commit(self) -> None:
         atomic, self._atomic = self._atomic, None
-        if atomic is not None:
-            atomic.__exit__(None, None, None)  # Django commits; on an error it rolls back and raises
+        if atomic is None:
+            return
+        if self.given.needs_rollback:  # Django's exit would roll back quietly: the commit did not happen
+            atomic.__exit__(None, None, None)
+            raise DualWriteUsageError("Django had marked the transaction for rollback (set_rollback, or a failed "
+                                      "statement inside atomic(savepoint=False)): rolled back, not committed")
+        atomic.__exit__(None, None, None)  # Django commits; on an error it rolls back and raises
 
     def rollback(self) -> None:
         atomic, self._atomic = self._atomic, None
@@ -111,6 +117,11 @@ class DjangoConnection(DbapiConnection):
 
     def check_not_autocommit(self) -> None:
         """Django runs in autocommit between atomic blocks: the writer's own atomic block makes the transaction."""
+
+    def marked_for_rollback(self) -> bool:
+        connection = self.given
+        return bool(connection.in_atomic_block and connection.needs_rollback
+                    and not connection.closed_in_transaction)
 
     def block_misuse(self) -> str | None:
         connection = self.given

@@ -191,15 +191,7 @@ class WriterProtocol:
         yield from self.recover_unfinished(keep_lease=True)
         yield from self._decide_again_if_due()
         table, producer = self.table, self.producer
-        stored = yield from table.begin_locked(self.transactional_id)
-        if self.lease is not None and stored.lease_owner != self.owner:
-            yield Rollback()
-            raise ProducerFencedError(f"{self.transactional_id!r}: this process's lease on the id was taken over by "
-                                      "another process (it expired): this writer is fenced")
-        if stored.owner != self.owner:
-            yield Rollback()
-            raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
-                                      "this one): this writer is fenced")
+        yield from self._lock_owned_row()
         token = uuid.uuid4().hex
         savepoint_held = False
         try:
@@ -214,9 +206,13 @@ class WriterProtocol:
             yield from table.write(self.transactional_id, prepared=prepared, two_phase=producer.two_phase_commit_active,
                                    token=token, completed=False, lease=self.lease)
         except Exception as exc:
-            ended = (savepoint_held and not isinstance(exc, DualWriteUsageError) and not self.session_lost(exc)
-                     and not table.is_failed_transaction(exc) and (yield from table.block_ended()))
-            yield from self._roll_back_both()
+            ended = False
+            try:
+                ended = (savepoint_held and not isinstance(exc, DualWriteUsageError) and not self.session_lost(exc)
+                         and not self.db.marked_for_rollback() and not table.is_failed_transaction(exc)
+                         and (yield from table.block_ended()))
+            finally:  # an interrupt thrown in at the savepoint's check must not skip the rollback
+                yield from self._roll_back_both()
             if ended:
                 raise self._block_ended_error(exc, session_gone=self.session_lost(exc)) from exc
             raise
@@ -247,6 +243,18 @@ class WriterProtocol:
                     yield Rollback()
                 return
         self.needs_recovery = False
+
+    def _lock_owned_row(self) -> Steps[None]:
+        """Lock the id's row, and check this writer still owns the id (and its lease)."""
+        stored = yield from self.table.begin_locked(self.transactional_id)
+        if self.lease is not None and stored.lease_owner != self.owner:
+            yield Rollback()
+            raise ProducerFencedError(f"{self.transactional_id!r}: this process's lease on the id was taken over by "
+                                      "another process (it expired): this writer is fenced")
+        if stored.owner != self.owner:
+            yield Rollback()
+            raise ProducerFencedError(f"{self.transactional_id!r} belongs to another writer now (it recovered after "
+                                      "this one): this writer is fenced")
 
     def _decide_again_if_due(self) -> Steps[None]:
         """Between transactions, once the producer's two-phase decision no longer stands (older than
@@ -323,8 +331,20 @@ class WriterProtocol:
     def _roll_back_both(self) -> Steps[None]:
         """Roll the database back and abort Kafka's transaction; when the abort fails, the next transaction() (or
         the pool's close) recovers first, which aborts it."""
-        with contextlib.suppress(Exception):
+        interrupted: BaseException | None = None
+        try:
             yield Rollback()
+        except Exception:
+            pass
+        except BaseException as exc:  # an interrupt during the DB rollback: Kafka's abort still follows
+            interrupted = exc
+        try:
+            yield from self._abort_kafka()
+        finally:
+            if interrupted is not None:
+                raise interrupted
+
+    def _abort_kafka(self) -> Steps[None]:
         try:
             yield Call(_as_dual_write, (self.producer.abort_transaction,))
             metrics.OPEN_TRANSACTIONS.closed(self.metric_prefix, metrics.DUAL_WRITE, self.transactional_id)

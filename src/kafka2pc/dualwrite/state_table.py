@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Sleep, Sql, Steps
+from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Savepoint, Sleep, Sql, Steps
 from kafka2pc.dualwrite.connection import DbapiConnection, is_closed
 from kafka2pc.dualwrite.outcome import ReadBack
 from kafka2pc.errors import ConfigError, ProducerFencedError, UsageError
@@ -135,6 +135,8 @@ class StateTable:
         #: whether the table has the lease columns (a table made before them works unleased)
         self.leasing = False
         self.sqlite, self.mysql = connection.sqlite, connection.mysql
+        #: MariaDB, which tells whether a transaction is open (@@in_transaction); MySQL has no such variable
+        self.mariadb = self.mysql and "MariaDB" in str(getattr(connection.dbapi, "server_version", ""))
         self.now = NOW_SQL["sqlite" if self.sqlite else "mysql" if self.mysql else "other"]
         self._style = connection.paramstyle
         self.errors = connection.module  # DB-API exception classes live on the driver module
@@ -236,6 +238,10 @@ class StateTable:
         self.connection.check_not_autocommit()
         if self.connection.in_transaction():
             raise UsageError(self.connection.why_in_transaction())
+        if self.mariadb:  # the status flag misses a transaction that only read: the server's own variable does not
+            row = yield Sql("SELECT @@in_transaction", fetch=Fetch.ONE)
+            if row[0]:
+                raise UsageError(self.connection.why_in_transaction())
         yield from self._ensure_table()
         try:
             yield Begin()
@@ -295,21 +301,21 @@ class StateTable:
             cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(idle_limit_ms)}")
 
     @staticmethod
-    def mark_block() -> Sql:
+    def mark_block() -> Savepoint:
         """Take the savepoint that tells whether the application ended the transaction inside the block."""
-        return Sql(f"SAVEPOINT {_BLOCK_SAVEPOINT}")
+        return Savepoint("take", _BLOCK_SAVEPOINT)
 
     @staticmethod
-    def release_block() -> Sql:
+    def release_block() -> Savepoint:
         """Release that savepoint; fails (on SQLite and PostgreSQL) once the transaction that took it has ended."""
-        return Sql(f"RELEASE SAVEPOINT {_BLOCK_SAVEPOINT}")
+        return Savepoint("release", _BLOCK_SAVEPOINT)
 
     def block_ended(self) -> Steps[bool]:
         """After the block raised: whether the transaction that took the savepoint has ended (rolling back to the
         savepoint works in a transaction a failed statement aborted, and fails once it has ended). A session the
         database ended meanwhile (its idle limit) is not that: False."""
         try:
-            yield Sql(f"ROLLBACK TO SAVEPOINT {_BLOCK_SAVEPOINT}")
+            yield Savepoint("rollback_to", _BLOCK_SAVEPOINT)
         except Exception as exc:
             return not self.ended_by_own_limit(exc)
         return False
