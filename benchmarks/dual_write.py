@@ -27,8 +27,14 @@ tx/s: the median burst, and the slowest and fastest; p50/p99 over every transact
 (the worker processes' user + system time during the bursts, median burst). The tables above print the same for
 each contender: this process's CPU per transaction, median of the counted rounds.
 
+Then ``--sections asyncio`` (benchmarks/dual_write_async.py): AsyncDualWriter at 1 and 32 concurrent tasks
+(``--tasks``) against async SQLAlchemy's DB-only transaction and confluent-kafka's plain transaction, with the event
+loop's longest stall.
+
     python benchmarks/dual_write.py [--bootstrap HOST:PORT] [--postgres DSN] [--transactions 400] [--rounds 2]
-                                    [--writers 1,2,4,8] [--sections sqlite,postgres,fleet] [--fleet-rounds 20]
+                                    [--writers 1,2,4,8] [--sections sqlite,postgres,fleet,asyncio] [--tasks 1,32]
+                                    [--gc-freeze]
+                                    [--fleet-rounds 20]
                                     [--fleet-transactions 100] [--fleet-warmup 25] [--before-src PATH]
                                     [--after-src PATH] [--before-commit 4018cfd]
 """
@@ -405,6 +411,23 @@ def run_fleet(dsn: str, bootstrap: str, args: argparse.Namespace) -> None:
                       "per_round": [round(x, 3) for x in per_round]}))
 
 
+def run_asyncio_section(dsn: str, schema: str, bootstrap: str, args: argparse.Namespace) -> None:
+    """benchmarks/dual_write_async.py, on a schema of its own, through asyncpg."""
+    import asyncio  # noqa: PLC0415
+
+    import psycopg  # noqa: PLC0415
+    from dual_write_async import run_asyncio  # noqa: PLC0415 - beside this file
+
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount REAL)")
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    url = (f"postgresql+asyncpg://{parts.get('user', '')}@{parts.get('host', '127.0.0.1')}:{parts.get('port', 5432)}/"
+           f"{parts.get('dbname', 'postgres')}")
+    topic = create_topic(bootstrap, partitions=8)
+    asyncio.run(run_asyncio(url, schema, bootstrap, topic, concurrencies=[int(n) for n in args.tasks.split(",")],
+                            transactions=args.transactions, rounds=args.rounds, gc_freeze=args.gc_freeze))
+
+
 @contextlib.contextmanager
 def postgres(dsn: str | None) -> Iterator[str]:
     if dsn:
@@ -423,7 +446,9 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--writers", default="1,2,4,8")
-    parser.add_argument("--sections", default="sqlite,postgres,fleet")
+    parser.add_argument("--sections", default="sqlite,postgres,fleet,asyncio")
+    parser.add_argument("--tasks", default="1,32", help="the asyncio section's concurrent requests")
+    parser.add_argument("--gc-freeze", action="store_true", help="the asyncio section: gc.freeze() after set-up")
     parser.add_argument("--fleet-rounds", type=int, default=20)
     parser.add_argument("--fleet-transactions", type=int, default=100, help="per thread and burst")
     parser.add_argument("--fleet-warmup", type=int, default=25, help="per thread")
@@ -446,7 +471,7 @@ def main() -> int:
         import psycopg  # noqa: PLC0415
 
         with postgres(args.postgres) as dsn:
-            for section in ("postgres", "fleet"):
+            for section in ("postgres", "fleet", "asyncio"):
                 if section not in sections:
                     continue
                 schema = f"bench_{uuid.uuid4().hex[:8]}"
@@ -456,8 +481,10 @@ def main() -> int:
                 if section == "postgres":
                     run(Database("PostgreSQL (fsync on)", lambda scoped=scoped: psycopg.connect(scoped), "%s"),
                         bootstrap, **options)
-                else:
+                elif section == "fleet":
                     run_fleet(scoped, bootstrap, args)
+                else:
+                    run_asyncio_section(scoped, schema, bootstrap, args)
     return 0
 
 
