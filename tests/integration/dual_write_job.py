@@ -23,6 +23,7 @@ import os
 import signal
 import sqlite3
 import sys
+from typing import Any
 
 from kafka2pc.dualwrite import AsyncDualWriter, DualWriter
 
@@ -154,14 +155,21 @@ def write_django(dsn: str, config: dict, topic: str, orders: range, *, kill_at: 
             die()
 
     wrapper.arm, wrapper.commit = None, killing_commit
+    write_orders(writer, wrapper, "INSERT INTO orders (id, amount) VALUES (%s, %s)", topic, orders, kill_at=kill_at,
+                 mode=mode)
+
+
+def write_orders(writer: DualWriter, armed: Any, insert: str, topic: str, orders: range, *, kill_at: int,
+                 mode: str) -> None:
+    """The orders, one dual write each, dying at ``kill_at`` in ``mode`` (``armed.arm`` tells the commit)."""
     for order in orders:
-        with writer.transaction() as tx, tx.connection.cursor() as cursor:
-            cursor.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+        with writer.transaction() as tx:
+            tx.cursor.execute(insert, (order, order % 100))
             tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
             if order == kill_at:
                 if mode == "a":
                     die()
-                wrapper.arm = mode if mode in ("b", "c") else None
+                armed.arm = mode if mode in ("b", "c") else None
         if order == kill_at and mode == "d":
             die()
     writer.close()
@@ -187,17 +195,7 @@ def main() -> int:
     writer.recover()
     insert = "INSERT INTO orders (id, amount) VALUES (?, ?)" if db.startswith("sqlite:") else \
         "INSERT INTO orders (id, amount) VALUES (%s, %s)"
-    for order in range(first, first + count):
-        with writer.transaction() as tx:
-            tx.cursor.execute(insert, (order, order % 100))
-            tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())
-            if order == kill_at:
-                if mode == "a":
-                    die()
-                connection.arm = mode if mode in ("b", "c") else None
-        if order == kill_at and mode == "d":
-            die()
-    writer.close()
+    write_orders(writer, connection, insert, topic, range(first, first + count), kill_at=kill_at, mode=mode)
     return 0
 
 
