@@ -322,3 +322,16 @@ def test_one_writer_used_by_two_threads_at_once_says_so(tmp_path):
     with pytest.raises(DualWriteUsageError, match="inside another"), writer.transaction(), writer.transaction():
         pass
     writer.close()
+
+
+def test_a_produce_after_the_block_is_a_usage_error(tmp_path):
+    """Found by the user-level review: it was the producer's own TransactionStateError, advising begin_transaction()
+    (a producer call a DualWriter user never makes)."""
+    cluster, path = Cluster(2, True), tmp_path / "a.db"
+    writer = cluster.writer(connect(path))
+    with writer.transaction() as tx:
+        tx.produce("t", value=b"1", key=b"1", partition=0)
+    with pytest.raises(DualWriteUsageError, match="after its block"):
+        tx.produce("t", value=b"2", key=b"2", partition=0)
+    writer.close()
+    assert cluster.kafka_ids() == [1]

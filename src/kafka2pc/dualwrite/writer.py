@@ -29,12 +29,17 @@ class DualWriteTransaction:
     def __init__(self, cursor: Any, producer: TwoPhaseProducer, connection: Any):
         self.cursor = cursor
         self.connection = connection
-        self._producer = producer
+        self._producer: TwoPhaseProducer | None = producer
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
                 headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None) -> None:
         """Add a record to the Kafka transaction (TwoPhaseProducer.produce's arguments)."""
+        if self._producer is None:
+            raise DualWriteUsageError("tx.produce() after its block ended: the transaction is over")
         self._producer.produce(topic, value, key, partition, headers)
+
+    def _end(self) -> None:
+        self._producer = None
 
 
 class DualWriter:
@@ -56,6 +61,7 @@ class DualWriter:
         #: the thread inside a transaction() block of this writer, if one is
         self._block_thread: int | None = None
         self._entering = threading.Lock()
+        self._open_tx: DualWriteTransaction | None = None
 
     @property
     def connection(self) -> Any:
@@ -115,9 +121,13 @@ class DualWriter:
             yield from blocking.run_with_block(self._protocol.transaction(), self._db, self._block)
         finally:
             self._block_thread = None
+            if self._open_tx is not None:
+                self._open_tx._end()  # a produce after the block is refused, not sent to a producer it no longer owns
+                self._open_tx = None
 
     def _block(self) -> DualWriteTransaction:
-        return DualWriteTransaction(self._db.cursor(), self._protocol.producer, self._db.given)
+        self._open_tx = DualWriteTransaction(self._db.cursor(), self._protocol.producer, self._db.given)
+        return self._open_tx
 
     def ended_by_lease_limit(self, exc: BaseException) -> bool:
         """Whether ``exc`` is PostgreSQL ending this writer's transaction for the idle limit its lease sets (so
