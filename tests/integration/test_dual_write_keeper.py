@@ -141,7 +141,7 @@ def test_a_keeper_frozen_inside_its_renewal_does_not_pin_the_ids_forever(postgre
     keeper._connection.rollback()
     keeper._leases._db.commit = lambda: None  # the process freezes right after the renewal's UPDATE
     _, tokens, _ = frozen._set.snapshot()
-    keeper._renew(tokens)
+    keeper._leases.lost(tokens, frozen._set.lease_s)  # the renewal, left uncommitted
     live = make_pool(db.connect, transport, prefix, min_size=0)
     try:
         tick_for(live, 5 * LEASE_S)

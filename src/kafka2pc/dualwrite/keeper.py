@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka2pc import metrics
 from kafka2pc.dualwrite import blocking
-from kafka2pc.dualwrite.upkeep import Upkeep, plan_upkeep
+from kafka2pc.dualwrite.upkeep import Upkeep, WriterView, plan_upkeep
 from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
 if TYPE_CHECKING:
@@ -29,11 +29,69 @@ log = logging.getLogger(__name__)
 MAX_TICK_S = 2.0
 
 
-class LeaseKeeper:
+class KeeperCore:
+    """What a lease keeper decides and reports, whatever drives it (threads here, tasks in :mod:`.aio_keeper`)."""
+
+    def __init__(self, prefix: str, *, lease_s: float, min_size: int, idle_s: float):
+        self.prefix, self.lease_s, self.min_size, self.idle_s = prefix, lease_s, min_size, idle_s
+        self._plan = Upkeep()
+        self.tick_s = min(lease_s / 4, MAX_TICK_S)
+        self._renewed_at = time.monotonic()
+        self._labels = {"prefix": prefix}
+        self._said_lost: set[str] = set()  # ids whose loss was logged (once each, not every round of a partition)
+        for counter in (metrics.DUAL_WRITE_LEASES_TAKEN_OVER, metrics.DUAL_WRITE_KEEPER_ERRORS):
+            counter.labels(**self._labels).inc(0)  # a series from the first scrape, for rate()
+
+    def _renew_due(self) -> float | None:
+        """Now, if a third of a lease has passed since the last renewal that succeeded (a failed one is tried
+        again the next round), else None."""
+        now = time.monotonic()
+        return now if now - self._renewed_at >= self.lease_s / 3 else None
+
+    def _lost(self, tokens: dict[str, str], lost: set[str], renewal_started: float) -> list[str]:
+        """The ids a renewal found no longer this process's (logged once each), to be dropped."""
+        self._renewed_at = renewal_started
+        self._said_lost &= set(tokens)
+        for transactional_id in sorted(lost - self._said_lost):
+            self._said_lost.add(transactional_id)
+            log.warning("%r: the lease was taken over by another process: this one was stopped or cut off, or a "
+                        "transaction() block held its row for longer than lease_s=%g s (PostgreSQL then ends the "
+                        "block's transaction)", transactional_id, self.lease_s)
+        return sorted(lost)
+
+    def _planned(self, views: list[WriterView], expired: list[tuple[str, float]]) -> bool:
+        """Plan the worker's round; whether it has anything to do."""
+        self._plan = plan_upkeep(views, expired=len(expired), min_size=self.min_size, idle_s=self.idle_s)
+        return self._plan != Upkeep()
+
+    def _take_plan(self) -> Upkeep:
+        plan, self._plan = self._plan, Upkeep()
+        return plan
+
+    def _failed(self, exc: BaseException) -> None:
+        metrics.DUAL_WRITE_KEEPER_ERRORS.labels(**self._labels).inc()
+        log.warning("pool %r: lease keeper: %r", self.prefix, exc)
+
+    def _reaped(self, count: int) -> None:
+        if count:
+            metrics.DUAL_WRITE_LEASES_TAKEN_OVER.labels(**self._labels).inc(count)
+
+    def _report(self, views: list[WriterView], expired: list[tuple[str, float]], opened: list[float]) -> None:
+        now = time.monotonic()
+        metrics.DUAL_WRITE_LEASED_IDS.labels(**self._labels).set(len(views))
+        metrics.DUAL_WRITE_EXPIRED_LEASES.labels(**self._labels).set(len(expired))
+        metrics.DUAL_WRITE_OLDEST_EXPIRED_LEASE.labels(**self._labels).set(expired[0][1] if expired else 0)
+        metrics.DUAL_WRITE_OLDEST_OPEN_TRANSACTION.labels(**self._labels).set(
+            max((now - t for t in opened), default=0.0))
+        metrics.OPEN_TRANSACTIONS.refresh()  # the ages as they are now, for the multiprocess mode's files
+
+
+class LeaseKeeper(KeeperCore):
     """Keeps ``pool`` (a DualWriterPool's writers). ``connection`` is the watcher's (closed by stop(), replaced when
     it breaks); the worker settles an id on its writer's connection."""
 
     def __init__(self, pool: PoolWriters, connection: Any):
+        super().__init__(pool.prefix, lease_s=pool.lease_s, min_size=pool.min_size, idle_s=pool.idle_s)
         self._pool = pool
         self._connection: Any = connection
         self._leases: LeaseTable = pool.lease_table(connection)
@@ -41,13 +99,6 @@ class LeaseKeeper:
         self._work_due = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watching, self._working = threading.Lock(), threading.Lock()  # a test may run rounds by hand
-        self._plan = Upkeep()
-        self.tick_s = min(pool.lease_s / 4, MAX_TICK_S)
-        self._renewed_at = time.monotonic()
-        self._labels = {"prefix": pool.prefix}
-        self._said_lost: set[str] = set()  # ids whose loss was logged (once each, not every round of a partition)
-        for counter in (metrics.DUAL_WRITE_LEASES_TAKEN_OVER, metrics.DUAL_WRITE_KEEPER_ERRORS):
-            counter.labels(**self._labels).inc(0)  # a series from the first scrape, for rate()
 
     def start_up(self) -> int:
         """Before the pool's first claim: the lease columns, and the fleet's adoption of ids made before them."""
@@ -99,39 +150,26 @@ class LeaseKeeper:
             try:
                 self.watch()
             except Exception as exc:  # the database away: leases run out meanwhile, as they should
-                metrics.DUAL_WRITE_KEEPER_ERRORS.labels(**self._labels).inc()
-                log.warning("pool %r: lease keeper: %r", self._pool.prefix, exc)
+                self._failed(exc)
                 self._reconnect()
 
     def watch(self) -> None:
         """Renew the leases when due, look for expired ones, plan the worker's round, report."""
         with self._watching:
-            pool, now = self._pool, time.monotonic()
-            views, tokens, _ = pool.snapshot()
+            pool = self._pool
+            views, tokens, opened = pool.snapshot()
             expired: list[tuple[str, float]] = []
             try:
-                if now - self._renewed_at >= pool.lease_s / 3:
-                    self._renew(tokens)
-                    self._renewed_at = now
+                started = self._renew_due()
+                if started is not None:
+                    lost = self._leases.lost(tokens, pool.lease_s)
+                    for transactional_id in self._lost(tokens, lost, started):
+                        pool.lose(transactional_id)
                 expired = self._leases.expired()
-                self._plan = plan_upkeep(views, expired=len(expired), min_size=pool.min_size, idle_s=pool.idle_s)
-                if self._plan != Upkeep():
+                if self._planned(views, expired):
                     self._work_due.set()
             finally:
-                self._report(expired)
-
-    def _renew(self, tokens: dict[str, str]) -> None:
-        renewed = self._leases.renew(tokens, self._pool.lease_s)
-        self._said_lost &= set(tokens)
-        for transactional_id in set(tokens) - renewed:
-            # PostgreSQL skips a row a transaction holds (that transaction renews it); otherwise it is not ours
-            if not self._leases.holds(transactional_id, tokens[transactional_id]):
-                if transactional_id not in self._said_lost:
-                    self._said_lost.add(transactional_id)
-                    log.warning("%r: the lease was taken over by another process: this one was stopped or cut off, "
-                                "or a transaction() block held its row for longer than lease_s=%g s (PostgreSQL "
-                                "then ends the block's transaction)", transactional_id, self._pool.lease_s)
-                self._pool.lose(transactional_id)
+                self._report(views, expired, opened)
 
     def _reconnect(self) -> None:
         """After a failed round: the watcher's connection again, or a new one if it broke (a database restart, a
@@ -150,16 +188,6 @@ class LeaseKeeper:
         except Exception as exc:
             log.warning("pool %r: lease keeper cannot reconnect yet: %r", self._pool.prefix, exc)
 
-    def _report(self, expired: list[tuple[str, float]]) -> None:
-        views, _, opened = self._pool.snapshot()
-        now = time.monotonic()
-        metrics.DUAL_WRITE_LEASED_IDS.labels(**self._labels).set(len(views))
-        metrics.DUAL_WRITE_EXPIRED_LEASES.labels(**self._labels).set(len(expired))
-        metrics.DUAL_WRITE_OLDEST_EXPIRED_LEASE.labels(**self._labels).set(expired[0][1] if expired else 0)
-        metrics.DUAL_WRITE_OLDEST_OPEN_TRANSACTION.labels(**self._labels).set(
-            max((now - t for t in opened), default=0.0))
-        metrics.OPEN_TRANSACTIONS.refresh()  # the ages as they are now, for the multiprocess mode's files
-
     # -- the worker: what needs Kafka ------------------------------------------------------------------------------
 
     def _work_loop(self) -> None:
@@ -171,14 +199,12 @@ class LeaseKeeper:
             try:
                 self.work()
             except Exception as exc:
-                metrics.DUAL_WRITE_KEEPER_ERRORS.labels(**self._labels).inc()
-                log.warning("pool %r: lease keeper: %r", self._pool.prefix, exc)
+                self._failed(exc)
 
     def work(self) -> None:
         """Carry out the last plan the watcher made."""
         with self._working:
-            plan, self._plan = self._plan, Upkeep()
-            pool = self._pool
+            plan, pool = self._take_plan(), self._pool
             for transactional_id in plan.settle:
                 self._settle(transactional_id)
             for transactional_id in plan.retire:
@@ -189,8 +215,7 @@ class LeaseKeeper:
             reaped = 0
             while reaped < plan.reap and not self._stop.is_set() and pool.reap_one():
                 reaped += 1
-            if reaped:
-                metrics.DUAL_WRITE_LEASES_TAKEN_OVER.labels(**self._labels).inc(reaped)
+            self._reaped(reaped)
 
     def _settle(self, transactional_id: str) -> None:
         writer = self._pool.take_idle(transactional_id)

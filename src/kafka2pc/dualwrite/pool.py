@@ -21,13 +21,11 @@ from typing import Any
 from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_connection
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
+from kafka2pc.dualwrite.slots import after_block_error, check_sizes, lease_lost_error
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
-    DualWriteIncompleteError,
-    DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
-    LeaseLostError,
     PoolTimeoutError,
     ProducerFencedError,
     UsageError,
@@ -54,7 +52,7 @@ class DualWriterPool:
                  acquire_timeout_s: float = 30.0, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
                  transport_for: Callable[[str], ClusterTransport] | None = None):
-        _check_sizes(size, min_size, lease_s, idle_s, max_ids)
+        check_sizes(size, min_size, lease_s, idle_s, max_ids)
         self.prefix = str(config.get("transactional.id") or "")
         if not self.prefix:
             raise ConfigError("transactional.id", "is required: the pool leases ids <transactional.id>-<n>")
@@ -127,35 +125,22 @@ class DualWriterPool:
                     started = True
                     yield tx
                 return
-            except (ProducerFencedError, DualWriteRecoveryError) as exc:
-                self._set.drop(writer, exc)
-                writer = None
-                if started and isinstance(exc, ProducerFencedError):
-                    raise self._lease_lost(writer_id, exc) from exc
-                if started:
-                    raise
-            except (DualWriteIncompleteError, DualWriteOutcomeUnknownError) as exc:  # the writer stays unfinished
-                if isinstance(exc, DualWriteOutcomeUnknownError):
-                    writer = self._set.replace(writer)  # its connection failed at commit: a new one settles it
-                raise
             except Exception as exc:
-                lost_lease = writer.ended_by_lease_limit(exc)
-                if connection_broken(writer, exc):
+                fate = after_block_error(exc, started=started, broken=connection_broken(writer, exc),
+                                         lost_lease=writer.ended_by_lease_limit(exc))
+                if fate.drop:
+                    self._set.drop(writer, exc)
+                    writer = None
+                elif fate.replace:
                     writer = self._set.replace(writer)
-                    if started and lost_lease:
-                        raise self._lease_lost(writer_id, exc) from exc
-                raise
+                if fate.lease_lost:
+                    raise lease_lost_error(writer_id, self.lease_s, exc) from exc
+                if not fate.retry:
+                    raise
             finally:
                 if writer is not None:
                     self._set.release(writer)
         raise PoolTimeoutError(f"pool {self.prefix!r}: every writer tried was fenced or benched; retry")
-
-    def _lease_lost(self, transactional_id: str, exc: Exception) -> LeaseLostError:
-        return LeaseLostError(
-            f"{transactional_id!r}: the block kept its database transaction open for longer than "
-            f"lease_s={self.lease_s:g} s (Kafka slow or away, a slow call inside the block, or the process frozen), "
-            "so the writer lost its lease; both sides rolled back: retry. Keep slow calls out of the block; keep "
-            f"max.block.ms below lease_s, or raise lease_s ({type(exc).__name__}: {exc})")
 
     def settle_expired(self, limit: int = 10_000) -> int:
         """Claim and settle the fleet's expired leases now, up to ``limit`` (the keeper does it a few per tick);
@@ -182,19 +167,6 @@ class DualWriterPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None) -> None:
-    if size < 1:
-        raise ConfigError("size", f"must be at least 1, not {size}")
-    if not 0 <= min_size <= size:
-        raise ConfigError("min_size", f"must be between 0 and size ({size}), not {min_size}")
-    if lease_s < 1:
-        raise ConfigError("lease_s", f"must be at least 1 s, not {lease_s}")
-    if idle_s <= 0:
-        raise ConfigError("idle_s", f"must be positive, not {idle_s}")
-    if max_ids is not None and max_ids < size:
-        raise ConfigError("max_ids", f"must be at least size ({size}), not {max_ids}")
 
 
 def _connector(connect: Callable[[], Any] | Any) -> Callable[[], Any]:

@@ -18,16 +18,18 @@ from typing import Any
 
 from kafka2pc.dualwrite.connection import adapt, is_closed
 from kafka2pc.dualwrite.leases import Lease, LeaseTable
+from kafka2pc.dualwrite.slots import Wait, WriterSlots
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.upkeep import WriterView
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter
-from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
+from kafka2pc.errors import ConfigError, DualWriteRecoveryError, ProducerFencedError
 
 log = logging.getLogger("kafka2pc.dualwrite.pool")  # one logger for the pool, whichever half speaks
 
 
 class PoolWriters:
-    """Up to ``size`` writers on leased ids under ``prefix``, lent to one thread at a time. Thread-safe."""
+    """Up to ``size`` writers on leased ids under ``prefix``, lent to one thread at a time. Thread-safe: the
+    bookkeeping (:class:`~kafka2pc.dualwrite.slots.WriterSlots`) under one condition."""
 
     def __init__(self, prefix: str, connect: Callable[[], Any], config: Mapping[str, object], options: dict[str, Any],
                  *, size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None,
@@ -40,21 +42,13 @@ class PoolWriters:
         self._options = options
         self._transport_for = transport_for
         self._cv = threading.Condition()
-        self._idle: list[DualWriter] = []  # the last one returned is lent first
-        self.writers: dict[str, DualWriter] = {}
-        self._leases: dict[str, Lease] = {}
-        #: when each idle writer was returned, and since when each writer lent out (or left unfinished) was lent
-        self._idle_since: dict[str, float] = {}
-        self._open_since: dict[str, float] = {}
-        self._growing = 0
-        #: ids taken out of service because they need an operator (DualWriteRecoveryError), with the error; the
-        #: row says so too, so no pool of the fleet claims them until DualWriter.resolve
-        self.benched: dict[str, Exception] = {}
-        self._closed = False
+        self._slots: WriterSlots[DualWriter] = WriterSlots(prefix, size, max_ids, acquire_timeout_s)
+        self.writers = self._slots.writers
+        self.benched = self._slots.benched
 
     def ids(self) -> list[str]:
         with self._cv:
-            return sorted(self.writers)
+            return self._slots.ids()
 
     def discard(self, writer: DualWriter) -> None:
         """Forget and close a writer whose id was not given back (its recovery failed: the lease expires)."""
@@ -63,13 +57,10 @@ class PoolWriters:
         self.close_writer(writer)
 
     def close(self) -> list[DualWriter]:
-        """No more lending: forget the idle writers and return them (to be retired); lent ones retire when they
-        come back."""
+        """No more lending: the idle writers, forgotten (to be retired); lent ones retire when they come back."""
         with self._cv:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            for writer in idle:
-                self._forget(writer)
+            idle = self._slots.close()
+            self._cv.notify_all()
         return idle
 
     def lend(self) -> DualWriter:
@@ -84,65 +75,40 @@ class PoolWriters:
                 writer = self.grow()
             finally:
                 with self._cv:
-                    self._growing -= 1
+                    self._slots.growing -= 1
                     self._cv.notify()
             if writer is not None:
                 with self._cv:
-                    self._open_since[writer.transactional_id] = time.monotonic()
+                    self._slots.open_since[writer.transactional_id] = time.monotonic()
                 return writer
             if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
-                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
-                                       f"{self.acquire_timeout_s:g} s, and the fleet holds all max_ids={self.max_ids} "
-                                       "ids (a bigger max_ids, or fewer writers per process)")
+                raise self._slots.fleet_full()
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     def _wait_for_slot(self, deadline: float) -> DualWriter | None:
         """Under the lock: a free writer (lent now), or None with a growth slot reserved."""
         while True:
-            if self._closed:
-                raise UsageError(f"pool {self.prefix!r} is closed")
-            if self._idle:
-                writer = self._idle.pop()
-                self._idle_since.pop(writer.transactional_id, None)
-                self._open_since[writer.transactional_id] = time.monotonic()
-                return writer
-            if len(self.writers) + self._growing < self.size:
-                self._growing += 1
+            found = self._slots.lend(time.monotonic())
+            if found is Wait.GROW:
                 return None
+            if found is not Wait.WAIT:
+                return found
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within "
-                                       f"{self.acquire_timeout_s:g} s: all {len(self.writers)} are busy (a bigger "
-                                       f"size, or more processes; benched: {sorted(self.benched)})")
+                raise self._slots.busy()
             self._cv.wait(left)
 
     def release(self, writer: DualWriter) -> None:
-        transactional_id = writer.transactional_id
         with self._cv:
-            if self.writers.get(transactional_id) is not writer:
-                retire = True  # dropped or replaced meanwhile
-            elif self._closed:
-                retire = True
-                self._forget(writer)
-            else:
-                retire = False
-                self._idle.append(writer)
-                self._idle_since[transactional_id] = time.monotonic()
-                if not writer.unfinished:
-                    self._open_since.pop(transactional_id, None)
-                self._cv.notify()
+            retire = self._slots.put_back(writer, time.monotonic())
+            self._cv.notify_all()
         if retire:
             self.retire(writer)
 
     def take_idle(self, transactional_id: str) -> DualWriter | None:
         """For the keeper: lend it an idle writer (None if it is not idle now)."""
         with self._cv:
-            for writer in self._idle:
-                if writer.transactional_id == transactional_id:
-                    self._idle.remove(writer)
-                    self._idle_since.pop(transactional_id, None)
-                    return writer
-        return None
+            return self._slots.take_idle(transactional_id)
 
     def give_back(self, writer: DualWriter) -> None:
         """For the keeper: return what take_idle lent it."""
@@ -168,8 +134,7 @@ class PoolWriters:
             log.warning("%r: took over the lease of %s (expired %.1f s ago); recovering what it left",
                         lease.transactional_id, lease.taken_from, lease.expired_s or 0.0)
         with self._cv:
-            self.writers[lease.transactional_id] = writer
-            self._leases[lease.transactional_id] = lease
+            self._slots.grown(writer, lease)
         return writer
 
     def lease_table(self, connection: Any) -> LeaseTable:
@@ -230,29 +195,20 @@ class PoolWriters:
     def snapshot(self) -> tuple[list[WriterView], dict[str, str], list[float]]:
         """For the keeper: each writer as it sees it, each lease's token, and since when each open transaction
         has been open (monotonic)."""
-        now = time.monotonic()
         with self._cv:
-            views = [WriterView(tid, None if tid not in self._idle_since else now - self._idle_since[tid],
-                                writer.unfinished) for tid, writer in self.writers.items()]
-            return (views, {tid: lease.token for tid, lease in self._leases.items()},
-                    list(self._open_since.values()))
+            return self._slots.snapshot(time.monotonic())
 
     def _forget(self, writer: DualWriter) -> None:
-        """Under the lock: the pool no longer holds ``writer`` (nothing, if its id is held by a newer writer: this
-        pool claimed the id again after its own lease ran out)."""
-        transactional_id = writer.transactional_id
-        if self.writers.get(transactional_id) is writer:
-            del self.writers[transactional_id]
-            self._leases.pop(transactional_id, None)
-            self._idle_since.pop(transactional_id, None)
-            self._open_since.pop(transactional_id, None)
+        """Under the lock: the pool no longer holds ``writer``."""
+        self._slots.forget(writer)
         self._cv.notify_all()
 
     def replace(self, writer: DualWriter) -> DualWriter:
         """A writer on a new connection, with the same lease, for one whose connection broke; its first
         transaction() recovers the id (settling what the broken one left)."""
-        lease = self._leases.get(writer.transactional_id)
-        if lease is None or lease.token != writer.lease_token:
+        with self._cv:
+            lease = self._slots.lease_of(writer, writer.lease_token)
+        if lease is None:
             return writer
         try:
             connection = self._connect()
@@ -266,7 +222,7 @@ class PoolWriters:
             return writer
         self.close_writer(writer)  # its successor settles, on a working connection
         with self._cv:
-            self.writers[writer.transactional_id] = successor
+            self._slots.writers[writer.transactional_id] = successor
         return successor
 
     def retire(self, writer: DualWriter) -> None:
@@ -346,7 +302,7 @@ def _close_connection(connection: Any) -> None:
         connection.close()
 
 
-def connection_broken(writer: DualWriter, exc: BaseException) -> bool:
+def connection_broken(writer: Any, exc: BaseException) -> bool:
     """Whether ``exc`` came with the database connection failing (not a statement): a connection that is now
     closed (psycopg: a lost server, a session PostgreSQL ended), or SQLAlchemy's disconnect."""
     return bool(getattr(exc, "connection_invalidated", False)) or is_closed(writer.connection)

@@ -1,0 +1,254 @@
+"""The lease statements of a fleet, as protocol steps (:mod:`.actions`): what :class:`~.leases.LeaseTable` runs
+on a blocking connection and an asyncio pool awaits. The rules they keep are :mod:`.leases`'s."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Sql, Steps
+from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.errors import ConfigError, PoolTimeoutError
+
+T = TypeVar("T")
+#: how many times a claim reads the highest id again when concurrent claims insert the next one first
+_INSERT_ATTEMPTS = 64
+
+
+@attrs.frozen
+class Lease:
+    """An id a writer holds: ``token`` is the writer's owner token; ``taken_from`` the holder whose expired lease
+    was claimed (None: a free id, or a new one); ``expired_s`` how long that lease had been expired."""
+
+    transactional_id: str
+    index: int
+    token: str
+    taken_from: str | None = None
+    expired_s: float | None = None
+
+
+@attrs.frozen
+class FleetRow:
+    """One id of a fleet, as an operator sees it (``kafka2pc fleet``)."""
+
+    transactional_id: str
+    holder: str | None
+    #: seconds since the holder's last heartbeat (None: never leased); negative lease left = expired
+    heartbeat_age_s: float | None
+    lease_left_s: float | None
+    prepared_state: str | None
+    completed: bool
+    problem: str | None
+
+    @property
+    def status(self) -> str:
+        """free, leased, expired (waiting for a live pool to settle it), or needs-operator."""
+        if self.problem:
+            return "needs-operator"
+        if self.lease_left_s is None:
+            return "free"
+        return "leased" if self.lease_left_s >= 0 else "expired"
+
+
+class LeaseStatements:
+    """The lease statements on one state table, each a transaction of its own."""
+
+    def __init__(self, table: StateTable, prefix: str, *, lease_s: float = 15.0):
+        if table.mysql:
+            raise ConfigError("connection", "is MySQL/MariaDB, where pools do not lease ids yet (no "
+                                            "idle-transaction limit to free a frozen process's row): use one "
+                                            "DualWriter per transactional id (docs/dual-write.md, MySQL and MariaDB)")
+        self.table, self.prefix, self.lease_s = table, prefix, lease_s
+        # the ids of a fleet are a primary-key range: '<prefix>-' <= id < '<prefix>.' ('.' follows '-')
+        self._range = (f"{prefix}-", f"{prefix}.")
+        self._name = re.compile(re.escape(prefix) + r"-(0|[1-9][0-9]{0,8})")
+
+    def _transaction(self, body: Callable[[], Steps[T]], *, write: bool) -> Steps[T]:
+        yield from self.table.ensure_leasing()
+        yield Begin()
+        try:
+            if write and self.table.sqlite and not self.table.connection.implicit_transactions:
+                yield Sql("BEGIN IMMEDIATE")  # the write lock before the first read, as StateTable's
+            if write and not self.table.sqlite:  # rows it locks are freed if its process freezes before the commit
+                yield Sql(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lease_s * 1000)}")
+            result = yield from body()
+            yield Commit()
+            return result
+        except BaseException:
+            with contextlib.suppress(Exception):
+                yield Rollback()
+            raise
+
+    def _in_fleet(self, extra: str = "") -> str:
+        return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND fleet = ?{extra}")
+
+    def adopt(self) -> Steps[int]:
+        """Make ids named ``<prefix>-<n>`` that no pool leased yet (rows of a release before leases, or of a pool
+        with a fixed prefix) members of the fleet, as expired leases: a live pool's keeper settles each (what a
+        pool's start did before leases) and frees it. Returns how many."""
+
+        def body() -> Steps[int]:
+            rows = yield Sql(self.table.sql(f"SELECT transactional_id FROM {self.table.table} WHERE transactional_id "
+                                            ">= ? AND transactional_id < ? AND fleet IS NULL"), self._range, Fetch.ALL)
+            names = [(row[0], self._name.fullmatch(row[0])) for row in rows]
+            adopted = [(name, int(match[1])) for name, match in names if match]
+            for name, index in adopted:
+                yield self._adopt_row(name, index)
+            return len(adopted)
+
+        return (yield from self._transaction(body, write=True))
+
+    def _adopt_row(self, transactional_id: str, index: int) -> Sql:
+        # expired as of now (its age in the metrics starts at the adoption, not in 1970)
+        return Sql(self.table.sql(f"UPDATE {self.table.table} SET fleet = ?, fleet_index = ?, lease_expires = "
+                                  f"{self.table.now} WHERE transactional_id = ? AND fleet IS NULL"),
+                   (self.prefix, index, transactional_id), Fetch.ROWCOUNT)
+
+    def claim(self, token: str, holder: str, lease_s: float, *, max_ids: int | None,
+              expired_only: bool = False) -> Steps[Lease | None]:
+        """Lease the lowest-numbered free or expired id (only an expired one with ``expired_only``), or a new id
+        when none is and the fleet has fewer than ``max_ids``; None when there is nothing to lease."""
+        table, now = self.table.table, self.table.now
+        free = "" if expired_only else "lease_expires IS NULL OR "
+        lock = "" if self.table.sqlite else " FOR UPDATE SKIP LOCKED"
+
+        def body() -> Steps[Lease | None]:
+            row = yield Sql(self._in_fleet(f" AND problem IS NULL AND ({free}lease_expires <= {now})").join(
+                (f"SELECT transactional_id, fleet_index, holder, {now} - lease_expires FROM {table} WHERE ",
+                 f" ORDER BY fleet_index LIMIT 1{lock}")), (*self._range, self.prefix), Fetch.ONE)
+            lease: Lease | None
+            if row is not None:
+                transactional_id, index, previous, expired_s = row
+                lease = Lease(transactional_id, int(index), token, previous if expired_s is not None else None,
+                              None if expired_s is None else float(expired_s))
+            elif expired_only:
+                return None
+            else:
+                lease = yield from self._insert_new(token, max_ids)
+                if lease is None:
+                    return None
+            yield Sql(self.table.sql(f"UPDATE {table} SET lease_owner = ?, lease_expires = {now} + ?, "
+                                     f"heartbeat_at = {now}, holder = ? WHERE transactional_id = ?"),
+                      (token, lease_s, holder[:255], lease.transactional_id))
+            return lease
+
+        return (yield from self._transaction(body, write=True))
+
+    def _insert_new(self, token: str, max_ids: int | None) -> Steps[Lease | None]:
+        """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
+        claim inserted first is skipped (the highest is read again). Inside the claim's transaction."""
+        table = self.table.table
+        if not self.table.sqlite:  # new ids one claim at a time (SQLite's write lock does the same): no insert race
+            yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"),
+                      (f"kafka2pc-fleet:{table}:{self.prefix}",), Fetch.ONE)
+        for _ in range(_INSERT_ATTEMPTS):
+            row = yield Sql(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
+                            (*self._range, self.prefix), Fetch.ONE)
+            index = 0 if row[0] is None else int(row[0]) + 1
+            if max_ids is not None and index >= max_ids:
+                return None
+            inserted = yield Sql(self.table.sql(f"INSERT INTO {table} (transactional_id, fleet, fleet_index) VALUES "
+                                                "(?, ?, ?) ON CONFLICT (transactional_id) DO NOTHING"),
+                                 (f"{self.prefix}-{index}", self.prefix, index), Fetch.ROWCOUNT)
+            if inserted == 1:
+                return Lease(f"{self.prefix}-{index}", index, token)
+            # a concurrent claim inserted it, or a row of that name outside the fleet (a writer of an earlier
+            # release, an operator's recover) has it: adopted, to be settled, and the next number tried
+            yield self._adopt_row(f"{self.prefix}-{index}", index)
+        raise PoolTimeoutError(f"fleet {self.prefix!r}: {_INSERT_ATTEMPTS} concurrent claims inserted the next id "
+                               "first, every time; retry")
+
+    def renew(self, leases: Mapping[str, str], lease_s: float) -> Steps[set[str]]:
+        """Extend the leases (id → token) this process still holds; returns the ids renewed. On PostgreSQL a row a
+        transaction holds is skipped, not waited for (that transaction renews it when it writes the row)."""
+        if not leases:
+            return set()
+        table, now = self.table.table, self.table.now
+        # never a lease given back meanwhile (its writer retired while this renewal was planned)
+        pairs = " OR ".join(["(transactional_id = ? AND lease_owner = ? AND lease_expires IS NOT NULL)"] * len(leases))
+        values = [value for pair in leases.items() for value in pair]
+        where = f"({pairs})"
+        if not self.table.sqlite:
+            where = f"transactional_id IN (SELECT transactional_id FROM {table} WHERE {pairs} FOR UPDATE SKIP LOCKED)"
+
+        def body() -> Steps[set[str]]:
+            rows = yield Sql(self.table.sql(f"UPDATE {table} SET lease_expires = {now} + ?, heartbeat_at = {now} "
+                                            f"WHERE {where} RETURNING transactional_id"), (lease_s, *values), Fetch.ALL)
+            return {row[0] for row in rows}
+
+        return (yield from self._transaction(body, write=True))
+
+    def lost(self, leases: Mapping[str, str], lease_s: float) -> Steps[set[str]]:
+        """Renew the leases (id → token); returns those no longer this process's. A row a transaction of ours holds
+        is skipped by the renewal, and is ours while its token is in it."""
+        renewed = yield from self.renew(leases, lease_s)
+        lost = set()
+        for transactional_id in set(leases) - renewed:
+            if not (yield from self.holds(transactional_id, leases[transactional_id])):
+                lost.add(transactional_id)
+        return lost
+
+    def holds(self, transactional_id: str, token: str) -> Steps[bool]:
+        """Whether ``token`` still holds the id's lease (a plain read: it does not wait for a writer's lock)."""
+
+        def body() -> Steps[bool]:
+            row = yield Sql(self.table.sql(f"SELECT lease_owner FROM {self.table.table} WHERE transactional_id = ?"),
+                            (transactional_id,), Fetch.ONE)
+            return row is not None and row[0] == token
+
+        return (yield from self._transaction(body, write=False))
+
+    def release(self, transactional_id: str, token: str) -> Steps[bool]:
+        """Give the id back to the fleet (free for the next claim) if ``token`` still holds it."""
+
+        def body() -> Steps[bool]:
+            changed = yield Sql(self.table.sql(f"UPDATE {self.table.table} SET lease_owner = NULL, lease_expires = "
+                                               "NULL, holder = NULL WHERE transactional_id = ? AND lease_owner = ?"),
+                                (transactional_id, token), Fetch.ROWCOUNT)
+            return bool(changed == 1)
+
+        return (yield from self._transaction(body, write=True))
+
+    def set_problem(self, transactional_id: str, token: str, problem: str | None) -> Steps[None]:
+        """Take the id out of the fleet's claims until an operator resolves it (``problem``; None puts it back)."""
+
+        def body() -> Steps[None]:
+            yield Sql(self.table.sql(f"UPDATE {self.table.table} SET problem = ?, lease_expires = NULL "
+                                     "WHERE transactional_id = ? AND lease_owner = ?"),
+                      (None if problem is None else problem[:1000], transactional_id, token))
+
+        yield from self._transaction(body, write=True)
+
+    def expired(self) -> Steps[list[tuple[str, float]]]:
+        """The fleet's expired leases, (id, seconds since it expired), oldest first."""
+        now = self.table.now
+
+        def body() -> Steps[list[tuple[str, float]]]:
+            rows = yield Sql(self._in_fleet(f" AND problem IS NULL AND lease_expires <= {now}").join(
+                (f"SELECT transactional_id, {now} - lease_expires FROM {self.table.table} WHERE ",
+                 " ORDER BY lease_expires")), (*self._range, self.prefix), Fetch.ALL)
+            return [(row[0], float(row[1])) for row in rows]
+
+        return (yield from self._transaction(body, write=False))
+
+    def rows(self) -> Steps[list[FleetRow]]:
+        """Every id of the fleet, by number."""
+        now = self.table.now
+
+        def body() -> Steps[list[FleetRow]]:
+            rows = yield Sql(self._in_fleet().join(
+                (f"SELECT transactional_id, holder, {now} - heartbeat_at, lease_expires - {now}, prepared_state, "
+                 f"completed, problem FROM {self.table.table} WHERE ", " ORDER BY fleet_index")),
+                (*self._range, self.prefix), Fetch.ALL)
+            return [FleetRow(row[0], row[1], _seconds(row[2]), _seconds(row[3]), row[4], bool(row[5]), row[6])
+                    for row in rows]
+
+        return (yield from self._transaction(body, write=False))
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)
