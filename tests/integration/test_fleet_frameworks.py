@@ -411,27 +411,55 @@ def test_gunicorn_django_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_f
 
 
 def serve_and_kill(postgres_dsn: str, kafka: Any, topic_factory: Any, *, log: Path, prefix: str,
-                   arguments: list[str], orders: int, clients: int = 8,
+                   arguments: list[str], orders: int, clients: int = 8, uvicorn: bool = False,
+                   env: dict[str, str] | None = None,
                    ) -> tuple[dict[int, Outcome], tuple[list[int], float, KillWatch, float, float]]:
-    """gunicorn with ``arguments`` on a database and topic of their own, loaded with ``orders`` from ``clients``, one
-    worker SIGKILLed a third of the way, then stopped: the outcomes, and (DB ids, run time, the kill, its settling
-    time, the stop's time), all checked by check_fleet and assert_all_free_after_stop."""
+    """gunicorn (or ``uvicorn``) with ``arguments`` on a database and topic of their own, loaded with ``orders``
+    from ``clients``, one worker SIGKILLed a third of the way, then stopped: the outcomes, and (DB ids, run time,
+    the kill, its settling time, the stop's time), all checked by check_fleet and assert_all_free_after_stop."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     db, url, _ = fleet_database(postgres_dsn)
     prefix = f"{prefix}-{uuid.uuid4().hex[:6]}"
     port = free_ports(1)[0]
-    command = [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind",
-               f"127.0.0.1:{port}", *arguments]
+    command = [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "--host", "127.0.0.1", "--port",
+               str(port), *arguments] if uvicorn else \
+        [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLES / "gunicorn.conf.py"), "--bind", f"127.0.0.1:{port}",
+         *arguments]
     began = time.monotonic()
-    with server(command, fleet_env(url, bootstrap, topic, prefix), log) as gunicorn:
-        wait_ready(port, gunicorn, log)
+    with server(command, {**fleet_env(url, bootstrap, topic, prefix), **(env or {})}, log) as process:
+        wait_ready(port, process, log)
         watch = KillWatch(db, bootstrap, prefix)
         outcomes = place_orders(port, orders, clients=clients,
-                                on_progress=kill_a_worker_at(watch, gunicorn, orders // 3))
+                                on_progress=kill_a_worker_at(watch, process, orders // 3))
         ran_s = time.monotonic() - began
         db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
-        stopped_s = assert_all_free_after_stop(gunicorn, db, prefix, log, within_s=20)
+        stopped_s = assert_all_free_after_stop(process, db, prefix, log, within_s=20)
     return outcomes, (db_ids, ran_s, watch, settled_after, stopped_s)
+
+
+ASYNC_ORDERS = 200
+
+
+@pytest.mark.timeout(180)
+def test_uvicorn_fastapi_async_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_factory, tmp_path):
+    """uvicorn --workers 2 serving fastapi_async_app.py (async def endpoints, an AsyncDualWriterPool on an asyncpg
+    AsyncEngine, an AsyncSession in each block), loaded by 16 clients, one worker SIGKILLed mid-run and restarted
+    by uvicorn's supervisor: every answered order is in the database and on Kafka, once; the killed worker's ids
+    are settled by the live worker's keeper; all ids free after SIGTERM."""
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
+    pytest.importorskip("asyncpg")
+    outcomes, results = serve_and_kill(
+        postgres_dsn, kafka, topic_factory, log=tmp_path / "uvicorn-async.log", prefix="aio", orders=ASYNC_ORDERS,
+        clients=16, uvicorn=True, env={"DUAL_WRITE_SIZE": "4"},
+        arguments=["fastapi_async_app:app", "--workers", "2", "--timeout-graceful-shutdown", "10"])
+    db_ids, ran_s, watch, settled_after, stopped_s = results
+    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
+    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
+    print(f"\nuvicorn + async FastAPI: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; "
+          f"answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s "
+          f"after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s "
+          "after SIGTERM")
 
 
 FASTAPI_ORDERS = 200

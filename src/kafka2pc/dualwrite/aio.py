@@ -14,17 +14,20 @@ import contextvars
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
+from kafka2pc.dualwrite.actions import Steps
 from kafka2pc.dualwrite.aio_edge import AsyncEdge
 from kafka2pc.dualwrite.aio_sqlalchemy import SqlAlchemyAsyncEdge, SqlAlchemyAsyncFacts, async_sqlalchemy_kind
 from kafka2pc.dualwrite.connection import DbapiConnection
+from kafka2pc.dualwrite.lease_statements import Lease
 from kafka2pc.dualwrite.protocol import Record, WriterProtocol
 from kafka2pc.dualwrite.state_table import StateTable, state_table_ddl
 from kafka2pc.dualwrite.writer_parts import ClusterTransport, WriterCluster, transactional_id_of, writer_protocol
 from kafka2pc.errors import ConfigError, DualWriteUsageError, UsageError
 from kafka2pc.producer import as_bytes, as_headers
 
+T = TypeVar("T")
 #: what one block may keep back for Kafka (records are held in memory until the block ends)
 MAX_KEPT_BACK_BYTES = 64 * 1024 * 1024
 #: the blocks (a marker each) the current task, or a task it started, is inside
@@ -81,12 +84,13 @@ class AsyncDualWriter:
 
     ``config`` is a TwoPhaseProducer configuration (``bootstrap.servers``, ``transactional.id``, ...). One writer
     per transactional id at a time; one block at a time per writer. ``transport`` replaces the network (a
-    coordinator model, in tests)."""
+    coordinator model, in tests). ``lease`` and ``lease_s`` are set by AsyncDualWriterPool."""
 
     def __init__(self, connection: Any, config: Mapping[str, object], *, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
-                 transport: ClusterTransport | None = None):
+                 transport: ClusterTransport | None = None, lease: Lease | None = None, lease_s: float = 15.0):
         self.transactional_id = transactional_id_of(config)
+        self._lease, self._lease_s = lease, lease_s
         psycopg = sys.modules.get("psycopg")
         self._kind = "psycopg" if psycopg is not None and isinstance(connection, psycopg.AsyncConnection) else \
             async_sqlalchemy_kind(connection)
@@ -102,6 +106,7 @@ class AsyncDualWriter:
         self._kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka2pc-{self.transactional_id}")
         self._connection: Any = None if self._kind == "engine" else connection
         self._protocol: WriterProtocol | None = None
+        self._table: StateTable | None = None
         self._edge: AsyncEdge = AsyncEdge(connection, self._kafka)
         self._lock = asyncio.Lock()
         self._closed = False
@@ -124,6 +129,20 @@ class AsyncDualWriter:
         """Whether a transaction of this writer may be left open in Kafka until a recovery settles it (True until
         the first recovery)."""
         return self._protocol is None or self._protocol.needs_recovery
+
+    @property
+    def lease_token(self) -> str | None:
+        """The token of the lease this writer holds its id by (a pool's writer), else None."""
+        return None if self._lease is None else self._lease.token
+
+    def ended_by_lease_limit(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is PostgreSQL ending this writer's transaction for the idle limit its lease sets."""
+        return self._lease is not None and self._table is not None and self._table.ended_by_own_limit(exc)
+
+    async def recover_unfinished(self, *, keep_lease: bool = False) -> None:
+        """Settle this writer's unfinished transaction (DualWriter.recover_unfinished)."""
+        async with self._using("recover()"):
+            await self._run((await self._opened()).recover_unfinished(keep_lease=keep_lease))
 
     async def recover(self) -> None:
         """Settle what the id has left unfinished, then own it (DualWriter.recover)."""
@@ -206,17 +225,33 @@ class AsyncDualWriter:
         if self._protocol is None:
             if self._kind == "engine" and self._connection is None:
                 self._connection = await self._given.connect()
-            facts: DbapiConnection
-            if self._kind == "psycopg":
-                facts = DbapiConnection(self._connection)
-            else:
-                facts, self._edge = SqlAlchemyAsyncFacts(self._connection), SqlAlchemyAsyncEdge(self._connection,
-                                                                                              self._kafka)
+            facts, self._edge = async_database(self._connection, self._kafka)
             table = StateTable(facts, self._state_table, create=self._create_state_table)
             await self._edge.call(self._cluster.connect)
-            self._protocol = writer_protocol(facts, table, self._cluster, lease=None, lease_s=0.0)
+            self._protocol = writer_protocol(facts, table, self._cluster, lease=self._lease, lease_s=self._lease_s)
+            self._table = table
         return self._protocol
 
     async def _run(self, steps: Any) -> None:
-        if await self._edge.drive(steps):
-            await self._edge.drive(steps, None, TypeError("these steps have no block to hand out"))
+        await run_async(self._edge, steps)
+
+
+async def run_async(edge: AsyncEdge, steps: Steps[T]) -> T:
+    """Drive ``steps`` (which have no Block) on ``edge`` to their end; their value."""
+    result: list[T] = []
+
+    def collect() -> Steps[None]:
+        result.append((yield from steps))
+
+    if await edge.drive(collect()):
+        raise TypeError("these steps have no block to hand out")
+    return result[0]
+
+
+def async_database(connection: Any, kafka: ThreadPoolExecutor | None) -> tuple[DbapiConnection, AsyncEdge]:
+    """What the protocol reads of an async connection (psycopg's, or SQLAlchemy's AsyncConnection), and the edge
+    that carries its steps out on it (Kafka's calls on ``kafka``)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
+        return DbapiConnection(connection), AsyncEdge(connection, kafka)
+    return SqlAlchemyAsyncFacts(connection), SqlAlchemyAsyncEdge(connection, kafka)

@@ -33,7 +33,7 @@ class CommitSeen(Protocol):
 class AsyncEdge:
     """Runs protocol steps on ``connection`` (psycopg ``AsyncConnection``) and ``kafka`` (a one-thread executor)."""
 
-    def __init__(self, connection: Any, kafka: ThreadPoolExecutor):
+    def __init__(self, connection: Any, kafka: ThreadPoolExecutor | None):
         self.connection = connection
         self.kafka = kafka
         self._tuple_row = _tuple_row_factory()
@@ -42,6 +42,8 @@ class AsyncEdge:
 
     async def call(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on the Kafka thread, in a copy of this task's context (metrics labels ride along)."""
+        if self.kafka is None:
+            raise TypeError("this edge runs database steps only")
         call = functools.partial(contextvars.copy_context().run, function, *args)
         return await asyncio.get_running_loop().run_in_executor(self.kafka, call)
 
