@@ -449,6 +449,8 @@ def recover_pool(db: Database, bootstrap: str, prefix: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)
+# SQLite in make chaos (the suite's time budget): the pool's SQLite paths are the model tests'
+@pytest.mark.parametrize("database", [pytest.param("sqlite", marks=pytest.mark.slow), "postgres"], indirect=True)
 def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_and_kafka_equal(database, kafka,
                                                                                                  topic_factory):
     """Processes whose four threads write through a DualWriterPool, SIGKILLed in each mode while the other threads
