@@ -103,8 +103,8 @@ def test_the_core_does_no_io(module, path):
 
 #: the dual write's sans-IO modules: the protocol decides, its edges (blocking.py, aio.py) do the I/O
 DUAL_WRITE_SANS_IO = ("kafka2pc.dualwrite.actions", "kafka2pc.dualwrite.protocol", "kafka2pc.dualwrite.state_table",
-                      "kafka2pc.dualwrite.recovery", "kafka2pc.dualwrite.outcome", "kafka2pc.dualwrite.lease_statements",
-                      "kafka2pc.dualwrite.slots", "kafka2pc.dualwrite.upkeep")
+                      "kafka2pc.dualwrite.recovery", "kafka2pc.dualwrite.outcome",
+                      "kafka2pc.dualwrite.lease_statements", "kafka2pc.dualwrite.slots", "kafka2pc.dualwrite.upkeep")
 
 
 @pytest.mark.parametrize(("module", "path"), [(m, p) for m, p in MODULES if m in DUAL_WRITE_SANS_IO],
