@@ -17,7 +17,7 @@ from kafka2pc.dualwrite.aio import AsyncDualWriter, AsyncDualWriteTransaction
 from kafka2pc.dualwrite.aio_keeper import AsyncLeaseKeeper
 from kafka2pc.dualwrite.aio_pool_writers import AsyncPoolWriters
 from kafka2pc.dualwrite.pool_writers import connection_broken
-from kafka2pc.dualwrite.slots import after_block_error, check_sizes, lease_lost_error
+from kafka2pc.dualwrite.slots import after_block_error, lease_lost_error, pool_prefix
 from kafka2pc.dualwrite.writer_parts import ClusterTransport
 from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
 
@@ -41,10 +41,8 @@ class AsyncDualWriterPool:
                  acquire_timeout_s: float = 30.0, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
                  transport_for: Callable[[str], ClusterTransport] | None = None):
-        check_sizes(size, min_size, lease_s, idle_s, max_ids)
-        self.prefix = str(config.get("transactional.id") or "")
-        if not self.prefix:
-            raise ConfigError("transactional.id", "is required: the pool leases ids <transactional.id>-<n>")
+        self.prefix = pool_prefix(config, size=size, min_size=min_size, lease_s=lease_s, idle_s=idle_s,
+                                  max_ids=max_ids)
         self.size, self.min_size, self.lease_s, self.idle_s, self.max_ids = size, min_size, lease_s, idle_s, max_ids
         options = {"two_phase_commit": two_phase_commit, "state_table": state_table,
                    "create_state_table": create_state_table}

@@ -21,7 +21,7 @@ from typing import Any
 from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_connection
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
-from kafka2pc.dualwrite.slots import after_block_error, check_sizes, lease_lost_error
+from kafka2pc.dualwrite.slots import after_block_error, lease_lost_error, pool_prefix
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
@@ -52,10 +52,8 @@ class DualWriterPool:
                  acquire_timeout_s: float = 30.0, two_phase_commit: bool = True,
                  state_table: str = "kafka2pc_dual_write_state", create_state_table: bool = True,
                  transport_for: Callable[[str], ClusterTransport] | None = None):
-        check_sizes(size, min_size, lease_s, idle_s, max_ids)
-        self.prefix = str(config.get("transactional.id") or "")
-        if not self.prefix:
-            raise ConfigError("transactional.id", "is required: the pool leases ids <transactional.id>-<n>")
+        self.prefix = pool_prefix(config, size=size, min_size=min_size, lease_s=lease_s, idle_s=idle_s,
+                                  max_ids=max_ids)
         self.size, self.min_size, self.lease_s, self.idle_s, self.max_ids = size, min_size, lease_s, idle_s, max_ids
         self.acquire_timeout_s = acquire_timeout_s
         self._pid = os.getpid()

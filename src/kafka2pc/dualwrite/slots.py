@@ -5,6 +5,7 @@ since when. A blocking pool (:mod:`.pool_writers`) keeps it under a ``threading.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Generic, Protocol, TypeVar
 
 import attrs
@@ -181,8 +182,12 @@ def lease_lost_error(transactional_id: str, lease_s: float, exc: Exception) -> L
         f"max.block.ms below lease_s, or raise lease_s ({type(exc).__name__}: {exc})")
 
 
-def check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids: int | None) -> None:
-    """A pool's sizes and times, checked (ConfigError)."""
+def pool_prefix(config: Mapping[str, object], *, size: int, min_size: int, lease_s: float, idle_s: float,
+                max_ids: int | None) -> str:
+    """A pool's prefix (its ``transactional.id``), its sizes and times checked (ConfigError)."""
+    prefix = str(config.get("transactional.id") or "")
+    if not prefix:
+        raise ConfigError("transactional.id", "is required: the pool leases ids <transactional.id>-<n>")
     if size < 1:
         raise ConfigError("size", f"must be at least 1, not {size}")
     if not 0 <= min_size <= size:
@@ -193,3 +198,4 @@ def check_sizes(size: int, min_size: int, lease_s: float, idle_s: float, max_ids
         raise ConfigError("idle_s", f"must be positive, not {idle_s}")
     if max_ids is not None and max_ids < size:
         raise ConfigError("max_ids", f"must be at least size ({size}), not {max_ids}")
+    return prefix
