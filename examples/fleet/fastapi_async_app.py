@@ -37,6 +37,7 @@ from kafka2pc.dualwrite import (
     LeaseLostError,
     PoolTimeoutError,
 )
+from kafka2pc.errors import RetriableError
 
 log = logging.getLogger("orders")
 
@@ -64,10 +65,14 @@ def async_engine_for(libpq_url: str) -> AsyncEngine:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = async_engine_for(os.environ["DATABASE_URL"])
-    # the pool checks one connection out of the engine per leased id, and one for its keeper
-    async with AsyncDualWriterPool(engine, KAFKA, size=SIZE, lease_s=LEASE_S) as pool:
-        app.state.pool = pool
-        yield  # uvicorn runs every request to its end (or past --timeout-graceful-shutdown), then the ids go back
+    # the pool checks one connection out of the engine per leased id, and one for its keeper; making it does no I/O
+    pool = app.state.pool = AsyncDualWriterPool(engine, KAFKA, size=SIZE, lease_s=LEASE_S)
+    try:
+        await pool.start()
+    except Exception as exc:  # never raise from startup: uvicorn's supervisor would stop every worker
+        log.warning("dual-writer pool not started yet (%r); the first request tries again", exc)
+    yield  # uvicorn runs every request to its end (or past --timeout-graceful-shutdown), then the ids go back
+    await pool.close()
     await engine.dispose()
 
 
@@ -107,6 +112,9 @@ async def create_order(order: Order, request: Request, response: Response) -> di
         raise HTTPException(503, {**answer, "status": "busy"}, headers={"Retry-After": "1"}) from None
     except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         raise HTTPException(503, {**answer, "status": "too slow"}, headers={"Retry-After": "1"}) from None
+    except RetriableError as exc:  # Kafka unreachable (a pool not started yet starts at the next request)
+        raise HTTPException(503, {**answer, "status": f"unavailable: {type(exc).__name__}"},
+                            headers={"Retry-After": "5"}) from None
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise

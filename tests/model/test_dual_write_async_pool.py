@@ -157,3 +157,24 @@ def test_a_request_cancelled_while_it_waits_for_a_writer_leaves_the_pool_whole(f
 
     asyncio.run(scenario())
     assert fleet.db_ids() == fleet.kafka_ids() == [1, 3]
+
+
+def test_the_pool_refuses_another_event_loop_before_it_touches_a_connection(fleet):
+    """Found by a user-level review: a def endpoint calling asyncio.run() on the app's pool drove a writer's
+    connection from a second loop; the driver failed there, and later blocks of that writer committed events whose
+    rows were not in the database. Another loop is now a UsageError before any writer is lent."""
+
+    async def scenario() -> None:
+        async with fleet.pool(size=1) as pool:
+            await order(pool, 1)
+
+            def from_another_loop() -> None:
+                asyncio.run(order(pool, 2))
+
+            with pytest.raises(UsageError, match="another event loop"):
+                await asyncio.to_thread(from_another_loop)
+            for order_id in range(3, 8):
+                await order(pool, order_id)
+
+    asyncio.run(scenario())
+    assert fleet.db_ids() == fleet.kafka_ids() == [1, 3, 4, 5, 6, 7]

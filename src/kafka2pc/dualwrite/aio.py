@@ -112,6 +112,7 @@ class AsyncDualWriter:
         self._closed = False
         #: the marker of the block open now, if one is (tasks inside it carry it in _INSIDE)
         self._open_block: object | None = None
+        self._loop = LoopBinding(f"AsyncDualWriter {self.transactional_id!r}")
 
     @property
     def connection(self) -> Any:
@@ -214,6 +215,7 @@ class AsyncDualWriter:
                                       "block (or a task started in it); one block is one DB transaction")
         if self._closed:
             raise UsageError(f"{self.transactional_id!r}: {what} on a closed AsyncDualWriter")
+        self._loop.check()
         async with self._lock:
             if self._closed and what != "close()":
                 raise UsageError(f"{self.transactional_id!r}: {what} on a closed AsyncDualWriter")
@@ -234,6 +236,24 @@ class AsyncDualWriter:
 
     async def _run(self, steps: Any) -> None:
         await run_async(self._edge, steps)
+
+
+class LoopBinding:
+    """The event loop an asyncio object was first used on: another loop (a thread's ``asyncio.run``) is refused
+    before it touches a connection that belongs to the first (asyncpg's and psycopg's are bound to their loop)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def check(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise UsageError(f"{self.what} is used on another event loop than the one it started on (a def endpoint "
+                             "or thread calling asyncio.run(), a second loop): its connections belong to the first. "
+                             "Use it from async code on that loop, or give the other loop a pool of its own")
 
 
 async def run_async(edge: AsyncEdge, steps: Steps[T]) -> T:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from kafka2pc.dualwrite.aio import AsyncDualWriter, AsyncDualWriteTransaction
+from kafka2pc.dualwrite.aio import AsyncDualWriter, AsyncDualWriteTransaction, LoopBinding
 from kafka2pc.dualwrite.aio_keeper import AsyncLeaseKeeper
 from kafka2pc.dualwrite.aio_pool_writers import AsyncPoolWriters
 from kafka2pc.dualwrite.pool_writers import connection_broken
@@ -56,6 +56,7 @@ class AsyncDualWriterPool:
         self._keeper: AsyncLeaseKeeper | None = None
         self._starting = asyncio.Lock()
         self._closed = False
+        self._loop = LoopBinding(f"AsyncDualWriterPool {self.prefix!r}")
 
     @property
     def transactional_ids(self) -> list[str]:
@@ -68,6 +69,7 @@ class AsyncDualWriterPool:
         if os.getpid() != self._pid:
             raise UsageError(f"the pool was made in process {self._pid}, before a fork: make it in each worker "
                              "process (FastAPI's lifespan)")
+        self._loop.check()
         async with self._starting:
             if self._closed:
                 raise UsageError(f"pool {self.prefix!r} is closed")
@@ -151,6 +153,7 @@ class AsyncDualWriterPool:
         transaction ends. Closing again does nothing."""
         if self._closed or os.getpid() != self._pid:
             return
+        self._loop.check()
         self._closed = True
         idle = await self._set.close()
         if self._keeper is not None:
