@@ -1,16 +1,17 @@
 """An order service on Flask and SQLAlchemy, served by gunicorn with many worker processes: each order is a row in
-PostgreSQL and an event on Kafka, committed atomically by a DualWriterPool (docs/fleet.md).
+PostgreSQL or MariaDB and an event on Kafka, committed atomically by a DualWriterPool (docs/fleet.md; MariaDB:
+docs/dual-write.md, "MySQL and MariaDB").
 
 Every worker of every host runs this same code with the same settings: the pool in each worker leases
 transactional ids ``<DUAL_WRITE_PREFIX>-<n>`` from the state table, so there is no per-worker id to configure.
 
-    export DATABASE_URL=postgresql://app@db:5432/shop KAFKA_BOOTSTRAP=broker:9092
+    export DATABASE_URL=postgresql://app@db:5432/shop KAFKA_BOOTSTRAP=broker:9092   # or mysql://app@db:3306/shop
     python examples/fleet/flask_app.py migrate          # the orders table and the state table, once
     gunicorn -c examples/fleet/gunicorn.conf.py flask_app:app
 
-Settings (environment): DATABASE_URL (a libpq URL), KAFKA_BOOTSTRAP, ORDERS_TOPIC, DUAL_WRITE_PREFIX (the same for
-the whole fleet), DUAL_WRITE_SIZE (writers per process; gunicorn.conf.py makes it gunicorn's threads),
-DUAL_WRITE_LEASE_S (15 s).
+Settings (environment): DATABASE_URL (a libpq URL, or mysql:// for MariaDB through PyMySQL), KAFKA_BOOTSTRAP,
+ORDERS_TOPIC, DUAL_WRITE_PREFIX (the same for the whole fleet), DUAL_WRITE_SIZE (writers per process;
+gunicorn.conf.py makes it gunicorn's threads), DUAL_WRITE_LEASE_S (15 s).
 
 POST /orders {"id": 7, "amount": 10}: 201 created; 409 the id exists (so a client may retry with the same id after
 any error or a lost answer); 202 committed, its event follows shortly; 503 try again (the pool is busy or not made
@@ -60,8 +61,10 @@ orders = sa.Table("orders", metadata,
 
 
 def database_url() -> sa.engine.URL:
-    """DATABASE_URL (postgresql://...) for SQLAlchemy with psycopg 3."""
-    return sa.engine.make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql+psycopg")
+    """DATABASE_URL for SQLAlchemy: postgresql://... with psycopg 3, mysql://... (MariaDB) with PyMySQL."""
+    url = sa.engine.make_url(os.environ["DATABASE_URL"])
+    return url.set(drivername="mysql+pymysql" if url.get_backend_name() in ("mysql", "mariadb")
+                   else "postgresql+psycopg")
 
 
 class Writers:

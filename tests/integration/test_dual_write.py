@@ -455,6 +455,11 @@ def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_a
                                                                                                  topic_factory):
     """Processes whose four threads write through a DualWriterPool, SIGKILLed in each mode while the other threads
     are inside their own transactions; once their leases run out, a live pool of the fleet settles all four ids."""
+    kill_pool_processes(database, kafka, topic_factory)
+
+
+def kill_pool_processes(database: Database, kafka: Any, topic_factory: Any) -> None:
+    """The pool kill rounds on ``database`` (any the jobs connect to: a URL of SQLite, PostgreSQL or MariaDB)."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     prefix = f"pool-{uuid.uuid4().hex[:6]}"
     rng = random.Random(int(os.environ.get("KAFKA2PC_DUAL_WRITE_SEED", "7")))

@@ -13,7 +13,7 @@ import pytest
 from kafka2pc.dualwrite import DualWriter, DualWriterPool, DualWriteUsageError
 from kafka2pc.errors import ConfigError, UsageError
 
-from .test_dual_write import Database, kafka_keys, kill_and_recover
+from .test_dual_write import Database, kafka_keys, kill_and_recover, kill_pool_processes
 
 pymysql = pytest.importorskip("pymysql")
 mariadb = pytest.importorskip("kafka2pc_harness.mariadb")
@@ -141,10 +141,25 @@ def test_new_ids_locked_at_once_never_deadlock(database, kafka, topic_factory):
     assert database.ids() == kafka_keys(bootstrap, topic) == list(range(8))
 
 
-def test_a_pool_on_mariadb_is_refused_with_a_clear_error(database, kafka):
-    with pytest.raises(ConfigError, match="MySQL/MariaDB"):
-        DualWriterPool(database.connect, {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": "p"},
-                       size=1)
+@pytest.mark.timeout(600)
+def test_a_pool_of_four_writing_threads_killed_in_every_failure_mode_leaves_db_and_kafka_equal(database, kafka,
+                                                                                                 topic_factory):
+    """DualWriterPool on MariaDB: leases with FOR UPDATE SKIP LOCKED, renewals without UPDATE ... RETURNING, a
+    session idle_transaction_timeout freeing a frozen process's rows; processes SIGKILLed in each mode while their
+    other threads are inside transactions, settled by a live pool once their leases run out."""
+    kill_pool_processes(database, kafka, topic_factory)
+
+
+def test_a_pool_on_mysql_proper_is_refused_with_a_clear_error(database, kafka):
+    """MySQL has no idle-transaction limit (a frozen process would hold its ids' rows until TCP gives up)."""
+
+    def as_mysql() -> object:
+        connection = database.connect()
+        connection.server_version = "8.0.36"  # what PyMySQL reads from a MySQL server's handshake
+        return connection
+
+    with pytest.raises(ConfigError, match="MySQL has no idle-transaction limit"):
+        DualWriterPool(as_mysql, {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": "p"}, size=1)
 
 
 def test_a_dict_cursor_connection_is_fine(database, kafka, topic_factory):
@@ -175,3 +190,53 @@ def test_a_transaction_that_only_read_is_refused_before_the_block(database, kafk
     with dual.transaction():
         pass
     dual.close()
+
+
+def test_a_pool_frozen_inside_its_block_frees_its_id_for_a_live_pool(database, kafka, topic_factory):
+    """A pooled writer's process stops inside its block (its client idle, its row locked): MariaDB ends the session
+    after a lease (idle_transaction_timeout, set by the writer), so a live pool claims the expired id and settles
+    it while the frozen one still sleeps; the frozen block then fails, and nothing of it is committed."""
+    import time  # noqa: PLC0415
+
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=1)
+    config = {"bootstrap.servers": bootstrap, "transactional.id": f"fz-{uuid.uuid4().hex[:6]}"}
+    frozen = DualWriterPool(database.connect, config, size=1, lease_s=2)
+    inside, woke = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def freeze() -> None:
+        try:
+            with frozen.transaction() as tx:
+                tx.cursor.execute("INSERT INTO orders (id, amount) VALUES (1, 1)")
+                tx.produce(topic, value=b"1", key=b"1")
+                inside.set()
+                time.sleep(10)  # the process stopped (SIGSTOP): its client sends nothing
+                woke.set()
+        except BaseException as exc:
+            failure.append(exc)
+            woke.set()
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    assert inside.wait(30)
+    frozen._keeper.halt()  # the whole process is frozen: its keeper renews nothing either
+    live = DualWriterPool(database.connect, config, size=1, min_size=0, lease_s=2)
+    try:
+        settled = 0
+        for _ in range(40):  # bounded: 8 s
+            settled += live.settle_expired()
+            if settled or woke.is_set():
+                break
+            time.sleep(0.2)
+        claimed_while_frozen = settled > 0 and not woke.is_set()
+        thread.join(30)
+        with live.transaction() as tx:
+            tx.cursor.execute("INSERT INTO orders (id, amount) VALUES (2, 2)")
+            tx.produce(topic, value=b"2", key=b"2")
+    finally:
+        live.close()
+        frozen.close()
+    print(f"\nclaimed while frozen: {claimed_while_frozen}; the frozen block ended with {failure!r:.160}")
+    assert claimed_while_frozen, "the frozen session kept its row locked: no live pool could settle its id"
+    assert failure, "the frozen block must not commit"
+    assert database.ids() == kafka_keys(bootstrap, topic) == [2]

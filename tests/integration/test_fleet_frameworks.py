@@ -61,10 +61,14 @@ def fleet_database(dsn: str) -> tuple[Database, str, str]:
 
 def fleet_rows(db: Database, prefix: str) -> list[tuple[str, str | None, float | None, str | None]]:
     """(id, holder, seconds of lease left (negative: expired; None: free), problem) of each id of the fleet."""
+    now = "UNIX_TIMESTAMP(SYSDATE(6))" if db.url.startswith("mysql:") else "EXTRACT(EPOCH FROM clock_timestamp())"
     with contextlib.closing(db.connect()) as connection:
-        return connection.execute(
-            "SELECT transactional_id, holder, lease_expires - EXTRACT(EPOCH FROM clock_timestamp()), problem FROM "
-            "kafka2pc_dual_write_state WHERE fleet = %s ORDER BY fleet_index", (prefix,)).fetchall()
+        cursor = connection.cursor()
+        cursor.execute(f"SELECT transactional_id, holder, lease_expires - {now}, problem FROM "
+                       "kafka2pc_dual_write_state WHERE fleet = %s ORDER BY fleet_index", (prefix,))
+        rows = [tuple(row) for row in cursor.fetchall()]
+        connection.rollback()
+        return rows  # type: ignore[return-value]
 
 
 def open_in_kafka(bootstrap: str, transactional_ids: list[str]) -> list[str]:
@@ -412,13 +416,13 @@ def test_gunicorn_django_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_f
 
 def serve_and_kill(postgres_dsn: str, kafka: Any, topic_factory: Any, *, log: Path, prefix: str,
                    arguments: list[str], orders: int, clients: int = 8, uvicorn: bool = False,
-                   env: dict[str, str] | None = None,
+                   env: dict[str, str] | None = None, database: tuple[Database, str] | None = None,
                    ) -> tuple[dict[int, Outcome], tuple[list[int], float, KillWatch, float, float]]:
     """gunicorn (or ``uvicorn``) with ``arguments`` on a database and topic of their own, loaded with ``orders``
     from ``clients``, one worker SIGKILLed a third of the way, then stopped: the outcomes, and (DB ids, run time,
     the kill, its settling time, the stop's time), all checked by check_fleet and assert_all_free_after_stop."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
-    db, url, _ = fleet_database(postgres_dsn)
+    db, url = database or fleet_database(postgres_dsn)[:2]
     prefix = f"{prefix}-{uuid.uuid4().hex[:6]}"
     port = free_ports(1)[0]
     command = [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "--host", "127.0.0.1", "--port",
@@ -435,6 +439,39 @@ def serve_and_kill(postgres_dsn: str, kafka: Any, topic_factory: Any, *, log: Pa
         db_ids, settled_after = check_fleet(db, bootstrap, topic, prefix, outcomes=outcomes, watch=watch)
         stopped_s = assert_all_free_after_stop(process, db, prefix, log, within_s=20)
     return outcomes, (db_ids, ran_s, watch, settled_after, stopped_s)
+
+
+MARIADB_ORDERS = 160
+
+
+@pytest.mark.timeout(180)
+def test_gunicorn_flask_fleet_on_mariadb_with_a_killed_worker(mariadb_url, kafka, topic_factory, tmp_path):
+    """gunicorn -w 3 --threads 2 serving flask_app.py with DATABASE_URL=mysql://... (SQLAlchemy over PyMySQL, a
+    DualWriterPool leasing ids from a MariaDB state table), one worker SIGKILLed while requests are in flight."""
+    pytest.importorskip("gunicorn")
+    pytest.importorskip("flask")
+    pytest.importorskip("pymysql")
+    from kafka2pc_harness import mariadb  # noqa: PLC0415
+    from tests.integration.test_dual_write_mariadb import MariaDatabase  # noqa: PLC0415
+
+    name = f"f_{uuid.uuid4().hex[:10]}"
+    with contextlib.closing(mariadb.connect(mariadb_url)) as admin:
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+    url = mariadb_url.rsplit("/", 1)[0] + f"/{name}"
+    db = MariaDatabase(url, lambda: mariadb.connect(url), "%s")
+    with contextlib.closing(db.connect()) as connection:
+        connection.cursor().execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount INTEGER NOT NULL)")
+    outcomes, results = serve_and_kill("", kafka, topic_factory, log=tmp_path / "gunicorn-mariadb.log",
+                                       prefix="my", orders=MARIADB_ORDERS, database=(db, url),
+                                       arguments=["--workers", "3", "--threads", "2", "--graceful-timeout", "10",
+                                                  "flask_app:app"])
+    db_ids, ran_s, watch, settled_after, stopped_s = results
+    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
+    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
+    print(f"\ngunicorn + Flask + MariaDB: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker "
+          f"processes; answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled "
+          f"{settled_after:.1f} s after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free "
+          f"{stopped_s:.1f} s after SIGTERM")
 
 
 ASYNC_ORDERS = 200

@@ -58,10 +58,11 @@ class LeaseStatements:
     """The lease statements on one state table, each a transaction of its own."""
 
     def __init__(self, table: StateTable, prefix: str, *, lease_s: float = 15.0):
-        if table.mysql:
-            raise ConfigError("connection", "is MySQL/MariaDB, where pools do not lease ids yet (no "
-                                            "idle-transaction limit to free a frozen process's row): use one "
-                                            "DualWriter per transactional id (docs/dual-write.md, MySQL and MariaDB)")
+        if table.mysql and not table.mariadb:
+            raise ConfigError("connection", "is MySQL, where pools cannot lease ids (MySQL has no idle-transaction "
+                                            "limit to free a frozen process's row; MariaDB's idle_transaction_timeout "
+                                            "does): use one DualWriter per transactional id (docs/dual-write.md, "
+                                            "MySQL and MariaDB)")
         self.table, self.prefix, self.lease_s = table, prefix, lease_s
         # the ids of a fleet are a primary-key range: '<prefix>-' <= id < '<prefix>.' ('.' follows '-')
         self._range = (f"{prefix}-", f"{prefix}.")
@@ -69,11 +70,18 @@ class LeaseStatements:
 
     def _transaction(self, body: Callable[[], Steps[T]], *, write: bool) -> Steps[T]:
         yield from self.table.ensure_leasing()
+        if self.table.mysql:
+            # each read sees the latest commits (a claim reads the highest id again after a concurrent insert), and
+            # no gap locks; the session ends a transaction left idle for a lease (a frozen process frees its rows)
+            yield Sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            if write:
+                yield from self.table.limit_idle(int(self.lease_s * 1000))
         yield Begin()
         try:
             if write and self.table.sqlite and not self.table.connection.implicit_transactions:
                 yield Sql("BEGIN IMMEDIATE")  # the write lock before the first read, as StateTable's
-            if write and not self.table.sqlite:  # rows it locks are freed if its process freezes before the commit
+            if write and not self.table.sqlite and not self.table.mysql:  # rows it locks are freed if its process
+                # freezes before the commit
                 yield Sql(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lease_s * 1000)}")
             result = yield from body()
             yield Commit()
@@ -142,7 +150,8 @@ class LeaseStatements:
         """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
         claim inserted first is skipped (the highest is read again). Inside the claim's transaction."""
         table = self.table.table
-        if not self.table.sqlite:  # new ids one claim at a time (SQLite's write lock does the same): no insert race
+        if not self.table.sqlite and not self.table.mysql:  # new ids one claim at a time (SQLite's write lock does
+            # the same; on MariaDB an insert of a taken number is ignored, and the next one tried)
             yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"),
                       (f"kafka2pc-fleet:{table}:{self.prefix}",), Fetch.ONE)
         for _ in range(_INSERT_ATTEMPTS):
@@ -151,8 +160,10 @@ class LeaseStatements:
             index = 0 if row[0] is None else int(row[0]) + 1
             if max_ids is not None and index >= max_ids:
                 return None
-            inserted = yield Sql(self.table.sql(f"INSERT INTO {table} (transactional_id, fleet, fleet_index) VALUES "
-                                                "(?, ?, ?) ON CONFLICT (transactional_id) DO NOTHING"),
+            ignore, on_conflict = ("IGNORE ", "") if self.table.mysql else \
+                ("", " ON CONFLICT (transactional_id) DO NOTHING")
+            inserted = yield Sql(self.table.sql(f"INSERT {ignore}INTO {table} (transactional_id, fleet, fleet_index) "
+                                                f"VALUES (?, ?, ?){on_conflict}"),
                                  (f"{self.prefix}-{index}", self.prefix, index), Fetch.ROWCOUNT)
             if inserted == 1:
                 return Lease(f"{self.prefix}-{index}", index, token)
@@ -176,6 +187,15 @@ class LeaseStatements:
             where = f"transactional_id IN (SELECT transactional_id FROM {table} WHERE {pairs} FOR UPDATE SKIP LOCKED)"
 
         def body() -> Steps[set[str]]:
+            if self.table.mysql:  # no UPDATE ... RETURNING: the rows this renewal may take, then their update
+                rows = yield Sql(self.table.sql(f"SELECT transactional_id FROM {table} WHERE {pairs} FOR UPDATE "
+                                                "SKIP LOCKED"), tuple(values), Fetch.ALL)
+                ids = [row[0] for row in rows]
+                if ids:
+                    yield Sql(self.table.sql(f"UPDATE {table} SET lease_expires = {now} + ?, heartbeat_at = {now} "
+                                             f"WHERE transactional_id IN ({', '.join('?' * len(ids))})"),
+                              (lease_s, *ids))
+                return set(ids)
             rows = yield Sql(self.table.sql(f"UPDATE {table} SET lease_expires = {now} + ?, heartbeat_at = {now} "
                                             f"WHERE {where} RETURNING transactional_id"), (lease_s, *values), Fetch.ALL)
             return {row[0] for row in rows}

@@ -79,6 +79,11 @@ NOW_SQL = {"sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
 _MYSQL_TRANSACTION_ROLLED_BACK = frozenset({1213})
 
 
+def _seconds(milliseconds: int) -> int:
+    """MariaDB's idle limits are whole seconds: a limit in ms, rounded up."""
+    return max(1, -(-int(milliseconds) // 1000))
+
+
 def _stored(row: Sequence[Any]) -> StoredState:
     owner, prepared, version, completed, two_phase, token, *lease = row
     state = PreparedTxnState.parse(prepared, transaction_version=version) if prepared else None
@@ -238,10 +243,14 @@ class StateTable:
         self.connection.check_not_autocommit()
         if self.connection.in_transaction():
             raise UsageError(self.connection.why_in_transaction())
+        limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
         if self.mariadb:  # the status flag misses a transaction that only read: the server's own variable does not
-            row = yield Sql("SELECT @@in_transaction", fetch=Fetch.ONE)
+            row = yield Sql("SELECT @@in_transaction, @@idle_transaction_timeout", fetch=Fetch.ONE)
             if row[0]:
                 raise UsageError(self.connection.why_in_transaction())
+            if limit is not None and int(row[1]) != _seconds(limit):  # set once per session (again after a
+                # reconnect): no round trip more per transaction
+                yield from self.limit_idle(limit)
         yield from self._ensure_table()
         try:
             yield Begin()
@@ -252,7 +261,6 @@ class StateTable:
                 yield Sql("BEGIN IMMEDIATE")
             if insert_first:
                 yield self._insert_row(transactional_id)
-            limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
             row = yield from self._select_locked(transactional_id, limit)
             if row is None and self.mysql:
                 # InnoDB's locking read of a missing row took a gap lock, which two writers' new ids can share: both
@@ -279,7 +287,7 @@ class StateTable:
                             "ON CONFLICT (transactional_id) DO NOTHING"), (transactional_id,))
 
     def _select_locked(self, transactional_id: str, idle_limit_ms: int | None) -> Steps[Any]:
-        if self.sqlite or self.mysql or idle_limit_ms is None:  # MySQL: no idle limit per transaction (no leases)
+        if self.sqlite or self.mysql or idle_limit_ms is None:  # MariaDB: the session's limit (begin_locked)
             lock = "" if self.sqlite else " FOR UPDATE"
             return (yield Sql(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?{lock}"),
                               (transactional_id,), Fetch.ONE))
@@ -295,10 +303,11 @@ class StateTable:
         self.session_idle_limit_ms = int(row[-2])
         return row[:-2]
 
-    def limit_idle(self, cursor: Any, idle_limit_ms: int) -> None:
-        """PostgreSQL: end the current transaction if its client leaves it idle for ``idle_limit_ms``."""
-        if not self.sqlite:
-            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(idle_limit_ms)}")
+    def limit_idle(self, idle_limit_ms: int) -> Steps[None]:
+        """MariaDB: end the session when it leaves a transaction idle for ``idle_limit_ms`` (whole seconds, at least
+        one; set for the session, before its transaction: a frozen process's row locks free with it)."""
+        if self.mysql:
+            yield Sql(f"SET SESSION idle_transaction_timeout = {_seconds(idle_limit_ms)}")
 
     @staticmethod
     def mark_block() -> Savepoint:
