@@ -16,6 +16,8 @@ from kafka2pc.dualwrite.pool_writers import connection_broken
 from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
 log = logging.getLogger("kafka2pc.dualwrite.keeper")
+#: how long stop() waits for a round in progress (as the blocking keeper's thread join)
+STOP_WAIT_S = 10.0
 
 
 class AsyncLeaseKeeper(KeeperCore):
@@ -25,6 +27,7 @@ class AsyncLeaseKeeper(KeeperCore):
         super().__init__(pool.prefix, lease_s=pool.lease_s, min_size=pool.min_size, idle_s=pool.idle_s)
         self._pool, self._connection = pool, connection
         self._work_due = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start_up(self) -> int:
@@ -38,18 +41,29 @@ class AsyncLeaseKeeper(KeeperCore):
         self._tasks.append(asyncio.create_task(self._work_loop(), name=f"kafka2pc-lease-worker-{self.prefix}"))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        """Stop the tasks once their round ends (a settle in progress finishes and gives its writer back, as the
+        blocking keeper's threads are joined); one still running after STOP_WAIT_S is cancelled."""
+        self._stopping.set()
+        self._work_due.set()
+        if self._tasks:
+            _, running = await asyncio.wait(self._tasks, timeout=STOP_WAIT_S)
+            for task in running:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await task
         self._tasks = []
         with contextlib.suppress(Exception):
             await self._connection.close()
 
+    async def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; False when the keeper is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return not self._stopping.is_set()
+
     async def _watch_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick_s * random.uniform(0.8, 1.0))
+        while await self._pause(self.tick_s * random.uniform(0.8, 1.0)):
             try:
                 await self.watch()
             except Exception as exc:  # the database away: leases run out meanwhile, as they should
@@ -66,7 +80,7 @@ class AsyncLeaseKeeper(KeeperCore):
             if started is not None:
                 lost = await pool.run(self._connection, lambda leases: leases.lost(tokens, pool.lease_s))
                 for transactional_id in self._lost(tokens, lost, started):
-                    await pool.lose(transactional_id)
+                    await pool.lose(transactional_id, tokens[transactional_id])
             expired = await pool.run(self._connection, lambda leases: leases.expired())
             if self._planned(views, expired):
                 self._work_due.set()
@@ -88,10 +102,12 @@ class AsyncLeaseKeeper(KeeperCore):
             log.warning("pool %r: lease keeper cannot reconnect yet: %r", self.prefix, exc)
 
     async def _work_loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._work_due.wait(), self.tick_s)
             self._work_due.clear()
+            if self._stopping.is_set():
+                return
             try:
                 await self.work()
             except Exception as exc:
@@ -108,7 +124,7 @@ class AsyncLeaseKeeper(KeeperCore):
                 log.info("%r: idle for %g s: giving the id back", transactional_id, pool.idle_s)
                 await pool.retire(writer)
         reaped = 0
-        while reaped < plan.reap and await pool.reap_one():
+        while reaped < plan.reap and not self._stopping.is_set() and await pool.reap_one():
             reaped += 1
         self._reaped(reaped)
 

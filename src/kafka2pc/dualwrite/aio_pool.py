@@ -76,18 +76,27 @@ class AsyncDualWriterPool:
             if self._keeper is not None:
                 return
             keeper = AsyncLeaseKeeper(self._set, await self._set.connection())
-            self._keeper = keeper
             try:
                 adopted = await keeper.start_up()
                 keeper.start_watcher()  # renewing from the first claim: a slow recovery must not let a lease lapse
                 await self._start_writers()
             except BaseException:
-                await self.close()
+                await _shielded(self._undo_start(keeper))  # the next start() (a transaction()) tries again
                 raise
+            self._keeper = keeper
             keeper.start_worker()
             log.info("async dual-writer pool %r (%s): %d of up to %d writers, ids %s%s", self.prefix, self.holder,
                      len(self._set.writers), self.size, self._set.ids(),
                      f"; {adopted} ids of an earlier release adopted" if adopted else "")
+
+    async def _undo_start(self, keeper: AsyncLeaseKeeper) -> None:
+        """A start failed (Kafka or the database away, or its request cancelled): stop its keeper, settle and give
+        back the ids it leased, and lend again."""
+        idle = await self._set.close()
+        await keeper.stop()
+        for writer in idle:
+            await self._set.retire(writer)
+        self._set.reopen()
 
     async def _start_writers(self) -> None:
         for _ in range(self.min_size + 2 * self.size):  # each failed round drops an id: lost meanwhile, or benched

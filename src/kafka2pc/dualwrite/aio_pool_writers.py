@@ -39,6 +39,7 @@ class AsyncPoolWriters:
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self._connect, self._config, self._options, self._transport_for = connect, dict(config), options, transport_for
         self._cv = asyncio.Condition()
+        self._waking: set[asyncio.Task[None]] = set()
         self._slots: WriterSlots[AsyncDualWriter] = WriterSlots(prefix, size, max_ids, acquire_timeout_s)
         self.writers = self._slots.writers
         self.benched = self._slots.benched
@@ -80,12 +81,13 @@ class AsyncPoolWriters:
                     found = self._slots.lend(time.monotonic())
             if found is not Wait.GROW:
                 return found
+            writer = None
             try:
                 writer = await self.grow()
             finally:
-                async with self._cv:
-                    self._slots.growing -= 1
-                    self._cv.notify()
+                self._slots.growing -= 1  # at once: a cancel while waiting for the lock must not keep the slot
+                if writer is None:
+                    self._wake()  # the slot is free for a waiting request
             if writer is not None:
                 self._slots.open_since[writer.transactional_id] = time.monotonic()
                 return writer
@@ -103,6 +105,12 @@ class AsyncPoolWriters:
         async with self._cv:
             self._cv.notify_all()
 
+    def _wake(self) -> None:
+        """Wake the waiting requests without waiting for the lock here (from a finally a cancel may interrupt)."""
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._waking.add(task)
+        task.add_done_callback(self._waking.discard)
+
     def take_idle(self, transactional_id: str) -> AsyncDualWriter | None:
         return self._slots.take_idle(transactional_id)
 
@@ -116,6 +124,10 @@ class AsyncPoolWriters:
         idle = self._slots.close()
         await self._notify()
         return idle
+
+    def reopen(self) -> None:
+        """After a failed start: lend again (the start's writers were retired)."""
+        self._slots.closed = False
 
     async def grow(self, *, expired_only: bool = False) -> AsyncDualWriter | None:
         """A writer on a newly leased id, on a new connection (its first transaction() recovers the id); None when
@@ -160,9 +172,9 @@ class AsyncPoolWriters:
         await self._notify()
         await self.close_writer(writer)
 
-    async def lose(self, transactional_id: str) -> None:
-        """An idle writer's lease is no longer ours."""
-        writer = self.take_idle(transactional_id)
+    async def lose(self, transactional_id: str, token: str) -> None:
+        """The lease ``token`` held is no longer ours: its idle writer goes (not a writer of a later lease)."""
+        writer = self._slots.take_idle(transactional_id, token)
         if writer is not None:
             await self.drop(writer, ProducerFencedError(f"{transactional_id!r}: the lease was taken over"))
 

@@ -164,7 +164,7 @@ class LeaseKeeper(KeeperCore):
                 if started is not None:
                     lost = self._leases.lost(tokens, pool.lease_s)
                     for transactional_id in self._lost(tokens, lost, started):
-                        pool.lose(transactional_id)
+                        pool.lose(transactional_id, tokens[transactional_id])
                 expired = self._leases.expired()
                 if self._planned(views, expired):
                     self._work_due.set()

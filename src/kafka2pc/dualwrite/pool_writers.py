@@ -182,9 +182,10 @@ class PoolWriters:
         """For the keeper: a writer on a new connection (same lease) if ``exc`` came with its connection failing."""
         return self.replace(writer) if connection_broken(writer, exc) else writer
 
-    def lose(self, transactional_id: str) -> None:
-        """For the keeper: an idle writer's lease is no longer ours."""
-        writer = self.take_idle(transactional_id)
+    def lose(self, transactional_id: str, token: str) -> None:
+        """For the keeper: the lease ``token`` held is no longer ours (its idle writer goes, not a later lease's)."""
+        with self._cv:
+            writer = self._slots.take_idle(transactional_id, token)
         if writer is not None:
             self.lose_writer(writer)
 

@@ -110,10 +110,13 @@ class WriterSlots(Generic[W]):
             self.open_since.pop(transactional_id, None)
         return False
 
-    def take_idle(self, transactional_id: str) -> W | None:
-        """The idle writer of that id, taken out of the idle list (None if it is not idle now)."""
+    def take_idle(self, transactional_id: str, token: str | None = None) -> W | None:
+        """The idle writer of that id (of the lease ``token``, if given), taken out of the idle list (None if it is
+        not idle now)."""
         for writer in self.idle:
-            if writer.transactional_id == transactional_id:
+            lease = self.leases.get(transactional_id)
+            if writer.transactional_id == transactional_id and (
+                    token is None or (lease is not None and lease.token == token)):
                 self.idle.remove(writer)
                 self.idle_since.pop(transactional_id, None)
                 return writer
