@@ -68,7 +68,7 @@ bench-spark: jars
 # Dual write against a DB-only transaction and the outbox pattern's write side, on SQLite and PostgreSQL; then a
 # leasing fleet on PostgreSQL (1 and 4 processes x DualWriterPool(4)) and leasing's cost against the pool before it
 # (commit 4018cfd, extracted by git archive). BENCH_ARGS="--sections fleet" runs only the fleet.
-bench-dual-write: jars postgres
+bench-dual-write: jars postgres mariadb
 	$(PY) benchmarks/dual_write.py $(BENCH_ARGS)
 
 # Where a dual write's CPU goes: 3000 dual writes over 8 threads on PostgreSQL, CPU per transaction, and py-spy's

@@ -1,5 +1,6 @@
-"""Dual write against its peers, in one run, on the same database and broker, on SQLite (a file) and PostgreSQL (a
-server the harness starts, or --postgres DSN), at 1, 2, 4 and 8 concurrent writers (threads):
+"""Dual write against its peers, in one run, on the same database and broker, on SQLite (a file), PostgreSQL (a
+server the harness starts, or --postgres DSN) and MariaDB (the same, or --mariadb URL), at 1, 2, 4 and 8 concurrent
+writers (threads):
 
 - DB only: INSERT the order, COMMIT (a connection per thread);
 - outbox (write side): INSERT the order and its event row in the same transaction, COMMIT (the CDC/poller that
@@ -32,7 +33,8 @@ Then ``--sections asyncio`` (benchmarks/dual_write_async.py): AsyncDualWriter at
 loop's longest stall.
 
     python benchmarks/dual_write.py [--bootstrap HOST:PORT] [--postgres DSN] [--transactions 400] [--rounds 2]
-                                    [--writers 1,2,4,8] [--sections sqlite,postgres,fleet,asyncio] [--tasks 1,32]
+                                    [--writers 1,2,4,8] [--sections sqlite,postgres,mariadb,fleet,asyncio]
+                                    [--mariadb URL] [--tasks 1,32]
                                     [--gc-freeze]
                                     [--fleet-rounds 20]
                                     [--fleet-transactions 100] [--fleet-warmup 25] [--before-src PATH]
@@ -74,8 +76,8 @@ Transaction = Callable[[int], None]
 
 
 class Database:
-    def __init__(self, name: str, connect: Callable[[], Any], placeholder: str):
-        self.name, self.connect, self.p = name, connect, placeholder
+    def __init__(self, name: str, connect: Callable[[], Any], placeholder: str, binary: str = "BYTEA"):
+        self.name, self.connect, self.p, self.binary = name, connect, placeholder, binary
 
 
 def measure(workers: list[Transaction], transactions: int,
@@ -156,7 +158,7 @@ def run(db: Database, bootstrap: str, *, writer_counts: list[int], transactions:
     setup = db.connect()
     for ddl in ("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount REAL)",
                 "CREATE TABLE outbox (id BIGINT PRIMARY KEY, aggregate_id BIGINT, payload BYTEA)"):
-        setup.cursor().execute(ddl if db.p == "%s" else ddl.replace("BYTEA", "BLOB"))
+        setup.cursor().execute(ddl.replace("BYTEA", db.binary))
     setup.commit()
     topic = create_topic(bootstrap, partitions=8)
     ids = itertools.count()
@@ -189,7 +191,8 @@ def run(db: Database, bootstrap: str, *, writer_counts: list[int], transactions:
                 figures[name] = (max(best, rate), kept + latencies, [*cpus, cpu_ms])
         pool.close()
         for connection in connections:
-            connection.close()
+            with contextlib.suppress(Exception):  # the pool closed its own (PyMySQL raises on a second close)
+                connection.close()
         kafka_rate = figures["Kafka only (confluent txn)"][0]
         for name, (rate, latencies, cpus) in figures.items():
             single.setdefault(name, rate)
@@ -428,6 +431,19 @@ def run_asyncio_section(dsn: str, schema: str, bootstrap: str, args: argparse.Na
                             transactions=args.transactions, rounds=args.rounds, gc_freeze=args.gc_freeze))
 
 
+def run_mariadb_section(url: str | None, bootstrap: str, options: dict[str, Any]) -> None:
+    """The contenders on MariaDB (InnoDB, through PyMySQL), in a database of their own."""
+    from kafka2pc_harness.mariadb import connect, mariadb_url  # noqa: PLC0415
+
+    with contextlib.ExitStack() as stack:
+        server = url or stack.enter_context(mariadb_url())
+        name = f"bench_{uuid.uuid4().hex[:8]}"
+        with contextlib.closing(connect(server)) as admin:
+            admin.cursor().execute(f"CREATE DATABASE {name}")
+        scoped = server.rsplit("/", 1)[0] + f"/{name}"
+        run(Database("MariaDB (InnoDB, PyMySQL)", lambda: connect(scoped), "%s", "BLOB"), bootstrap, **options)
+
+
 @contextlib.contextmanager
 def postgres(dsn: str | None) -> Iterator[str]:
     if dsn:
@@ -446,7 +462,9 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--writers", default="1,2,4,8")
-    parser.add_argument("--sections", default="sqlite,postgres,fleet,asyncio")
+    parser.add_argument("--mariadb", metavar="URL", help="mysql://user@host:port/database (default: a server the "
+                                                            "harness starts)")
+    parser.add_argument("--sections", default="sqlite,postgres,mariadb,fleet,asyncio")
     parser.add_argument("--tasks", default="1,32", help="the asyncio section's concurrent requests")
     parser.add_argument("--gc-freeze", action="store_true", help="the asyncio section: gc.freeze() after set-up")
     parser.add_argument("--fleet-rounds", type=int, default=20)
@@ -466,8 +484,10 @@ def main() -> int:
         path = Path(work) / "bench.db"
         if "sqlite" in sections:
             run(Database("SQLite (file, default journal, synchronous=FULL)",
-                         lambda: sqlite3.connect(path, timeout=60, check_same_thread=False), "?"), bootstrap,
+                         lambda: sqlite3.connect(path, timeout=60, check_same_thread=False), "?", "BLOB"), bootstrap,
                 **options)
+        if "mariadb" in sections:
+            run_mariadb_section(args.mariadb, bootstrap, options)
         import psycopg  # noqa: PLC0415
 
         with postgres(args.postgres) as dsn:

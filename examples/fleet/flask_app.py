@@ -153,7 +153,18 @@ def create_order():  # type: ignore[no-untyped-def]
         return reply("busy", 503, retry_after=1)
     except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         return reply("too slow; retry", 503, retry_after=1)
+    except sa.exc.DBAPIError as exc:
+        if not retriable(exc):
+            raise
+        return reply("database busy or away; retry", 503, retry_after=1)  # both rolled back
     return reply("created", 201)
+
+
+def retriable(exc: sa.exc.DBAPIError) -> bool:
+    """A lost connection (a database restart; on MariaDB also a block that outlived lease_s), a deadlock or a lock
+    wait timeout: nothing of the block was committed, and the same request may be sent again."""
+    code = getattr(exc.orig, "sqlstate", None) or (exc.orig.args[0] if exc.orig is not None and exc.orig.args else None)
+    return bool(exc.connection_invalidated) or code in ("40P01", "40001", "55P03", 1205, 1213)
 
 
 @app.get("/orders/<int:order_id>")

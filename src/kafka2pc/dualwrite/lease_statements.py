@@ -124,6 +124,8 @@ class LeaseStatements:
         free = "" if expired_only else "lease_expires IS NULL OR "
         lock = "" if self.table.sqlite else " FOR UPDATE SKIP LOCKED"
 
+        named_lock: list[str] = []  # MariaDB: the fleet's new-id lock, held by the session until released
+
         def body() -> Steps[Lease | None]:
             row = yield Sql(self._in_fleet(f" AND problem IS NULL AND ({free}lease_expires <= {now})").join(
                 (f"SELECT transactional_id, fleet_index, holder, {now} - lease_expires FROM {table} WHERE ",
@@ -136,7 +138,7 @@ class LeaseStatements:
             elif expired_only:
                 return None
             else:
-                lease = yield from self._insert_new(token, max_ids)
+                lease = yield from self._insert_new(token, max_ids, named_lock)
                 if lease is None:
                     return None
             yield Sql(self.table.sql(f"UPDATE {table} SET lease_owner = ?, lease_expires = {now} + ?, "
@@ -144,16 +146,35 @@ class LeaseStatements:
                       (token, lease_s, holder[:255], lease.transactional_id))
             return lease
 
-        return (yield from self._transaction(body, write=True))
+        try:
+            claimed = yield from self._transaction(body, write=True)
+        except Exception:
+            if named_lock:
+                with contextlib.suppress(Exception):
+                    yield self._release_named_lock(named_lock[0])
+            raise
+        if named_lock:  # after the commit: the next claim's insert reads this one's id
+            yield self._release_named_lock(named_lock[0])
+        return claimed
 
-    def _insert_new(self, token: str, max_ids: int | None) -> Steps[Lease | None]:
+    def _release_named_lock(self, name: str) -> Sql:
+        return Sql(self.table.sql("SELECT RELEASE_LOCK(?)"), (name,), Fetch.ONE)
+
+    def _insert_new(self, token: str, max_ids: int | None, named_lock: list[str]) -> Steps[Lease | None]:
         """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
         claim inserted first is skipped (the highest is read again). Inside the claim's transaction."""
         table = self.table.table
-        if not self.table.sqlite and not self.table.mysql:  # new ids one claim at a time (SQLite's write lock does
-            # the same; on MariaDB an insert of a taken number is ignored, and the next one tried)
-            yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"),
-                      (f"kafka2pc-fleet:{table}:{self.prefix}",), Fetch.ONE)
+        # new ids one claim at a time (SQLite's write lock does the same): concurrent inserts of one key deadlock
+        # on InnoDB (its duplicate-key locks), and race elsewhere
+        name = f"kafka2pc-fleet:{table}:{self.prefix}"
+        if self.table.mysql:  # a named lock of the session, released after the claim's commit (64 characters)
+            acquired = yield Sql(self.table.sql("SELECT GET_LOCK(?, ?)"), (name[:64], int(self.lease_s)), Fetch.ONE)
+            if not acquired or acquired[0] != 1:
+                raise PoolTimeoutError(f"fleet {self.prefix!r}: another process held the new-id lock for "
+                                       f"{int(self.lease_s)} s; retry")
+            named_lock.append(name[:64])
+        elif not self.table.sqlite:
+            yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"), (name,), Fetch.ONE)
         for _ in range(_INSERT_ATTEMPTS):
             row = yield Sql(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
                             (*self._range, self.prefix), Fetch.ONE)
