@@ -28,12 +28,13 @@ tx/s: the median burst, and the slowest and fastest; p50/p99 over every transact
 (the worker processes' user + system time during the bursts, median burst). The tables above print the same for
 each contender: this process's CPU per transaction, median of the counted rounds.
 
-Then ``--sections asyncio`` (benchmarks/dual_write_async.py): AsyncDualWriter at 1 and 32 concurrent tasks
-(``--tasks``) against async SQLAlchemy's DB-only transaction and confluent-kafka's plain transaction, with the event
-loop's longest stall.
+Then ``--sections django``: the same on Django's connection (Django's ``transaction.atomic()`` INSERT,
+confluent-kafka, a DualWriterPool on ``django.db.connection``). Then ``--sections asyncio``
+(benchmarks/dual_write_async.py): AsyncDualWriter at 1 and 32 concurrent tasks (``--tasks``) against async
+SQLAlchemy's DB-only transaction and confluent-kafka's plain transaction, with the event loop's longest stall.
 
     python benchmarks/dual_write.py [--bootstrap HOST:PORT] [--postgres DSN] [--transactions 400] [--rounds 2]
-                                    [--writers 1,2,4,8] [--sections sqlite,postgres,mariadb,fleet,asyncio]
+                                    [--writers 1,2,4,8] [--sections sqlite,postgres,mariadb,django,fleet,asyncio]
                                     [--mariadb URL] [--tasks 1,32]
                                     [--gc-freeze]
                                     [--fleet-rounds 20]
@@ -431,6 +432,62 @@ def run_asyncio_section(dsn: str, schema: str, bootstrap: str, args: argparse.Na
                             transactions=args.transactions, rounds=args.rounds, gc_freeze=args.gc_freeze))
 
 
+def run_django_section(dsn: str, bootstrap: str, *, writer_counts: list[int], transactions: int,
+                       rounds: int) -> None:
+    """On PostgreSQL through Django's connection (each thread its own, as request threads have): Django's own
+    transaction.atomic() INSERT, confluent-kafka's transaction, and a DualWriterPool on django.db.connection."""
+    import django  # noqa: PLC0415
+    from django.conf import settings  # noqa: PLC0415
+    from django.db import connection, transaction  # noqa: PLC0415
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    parts = conninfo_to_dict(dsn)
+    settings.configure(DATABASES={"default": {
+        "ENGINE": "django.db.backends.postgresql", "NAME": parts.get("dbname", "postgres"),
+        "USER": parts.get("user", ""), "HOST": parts.get("host", "127.0.0.1"), "PORT": parts.get("port", "5432"),
+        "OPTIONS": {"options": parts["options"]} if "options" in parts else {}}}, USE_TZ=True)
+    django.setup()
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount REAL)")
+    topic = create_topic(bootstrap, partitions=8)
+    ids = itertools.count()
+    insert = "INSERT INTO orders (id, amount) VALUES (%s, %s)"
+
+    def django_only(order: int) -> None:
+        with transaction.atomic(durable=True), connection.cursor() as cursor:
+            cursor.execute(insert, (order, 12.5))
+
+    print(f"\nDjango on PostgreSQL (fsync on): {transactions} transactions per figure, best of {rounds} rounds after "
+          "a warm-up")
+    print(f"  {'contender':30s} {'writers':>7s} {'tx/s':>8s} {'x Kafka only':>12s} {'p50 ms':>8s} {'p99 ms':>8s} "
+          f"{'CPU ms/tx':>9s}")
+    for count in writer_counts:
+        pool = DualWriterPool(connection, {"bootstrap.servers": bootstrap, "transactional.id": f"dj-bench-{count}"},
+                              size=count)
+
+        def dual(order: int, pool: DualWriterPool = pool) -> None:
+            with pool.transaction() as tx, tx.connection.cursor() as cursor:
+                cursor.execute(insert, (order, 12.5))
+                tx.produce(topic, value=EVENT, key=str(order).encode())
+
+        contenders = {"Django atomic(), DB only": [django_only] * count,
+                      "Kafka only (confluent txn)": [kafka_only(bootstrap, topic) for _ in range(count)],
+                      "dual write (pool on Django's)": [dual] * count}
+        figures: dict[str, tuple[float, list[float], list[float]]] = {}
+        for round_ in range(rounds + 1):
+            for name, workers in contenders.items():
+                rate, latencies, cpu_ms = measure(workers, transactions, ids)
+                if round_:
+                    best, kept, cpus = figures.get(name, (0.0, [], []))
+                    figures[name] = (max(best, rate), kept + latencies, [*cpus, cpu_ms])
+        pool.close()
+        kafka_rate = figures["Kafka only (confluent txn)"][0]
+        for name, (rate, latencies, cpus) in figures.items():
+            print(f"  {name:30s} {count:7d} {rate:8.0f} {rate / kafka_rate:12.2f} "
+                  f"{1000 * statistics.median(latencies):8.2f} {1000 * percentile(latencies, 0.99):8.2f} "
+                  f"{statistics.median(cpus):9.2f}")
+
+
 def run_mariadb_section(url: str | None, bootstrap: str, options: dict[str, Any]) -> None:
     """The contenders on MariaDB (InnoDB, through PyMySQL), in a database of their own."""
     from kafka2pc_harness.mariadb import connect, mariadb_url  # noqa: PLC0415
@@ -464,7 +521,7 @@ def main() -> int:
     parser.add_argument("--writers", default="1,2,4,8")
     parser.add_argument("--mariadb", metavar="URL", help="mysql://user@host:port/database (default: a server the "
                                                             "harness starts)")
-    parser.add_argument("--sections", default="sqlite,postgres,mariadb,fleet,asyncio")
+    parser.add_argument("--sections", default="sqlite,postgres,mariadb,django,fleet,asyncio")
     parser.add_argument("--tasks", default="1,32", help="the asyncio section's concurrent requests")
     parser.add_argument("--gc-freeze", action="store_true", help="the asyncio section: gc.freeze() after set-up")
     parser.add_argument("--fleet-rounds", type=int, default=20)
@@ -491,7 +548,7 @@ def main() -> int:
         import psycopg  # noqa: PLC0415
 
         with postgres(args.postgres) as dsn:
-            for section in ("postgres", "fleet", "asyncio"):
+            for section in ("postgres", "django", "fleet", "asyncio"):
                 if section not in sections:
                     continue
                 schema = f"bench_{uuid.uuid4().hex[:8]}"
@@ -501,6 +558,8 @@ def main() -> int:
                 if section == "postgres":
                     run(Database("PostgreSQL (fsync on)", lambda scoped=scoped: psycopg.connect(scoped), "%s"),
                         bootstrap, **options)
+                elif section == "django":
+                    run_django_section(scoped, bootstrap, **options)
                 elif section == "fleet":
                     run_fleet(scoped, bootstrap, args)
                 else:

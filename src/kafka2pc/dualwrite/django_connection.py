@@ -78,7 +78,7 @@ class DjangoConnection(DbapiConnection):
         connection = self.given
         if connection.in_atomic_block:
             raise DualWriteUsageError(self.why_in_transaction())
-        connection.close_if_unusable_or_obsolete()  # a connection broken earlier: Django reconnects
+        _close_if_unusable(connection)  # a connection broken earlier: Django reconnects
         atomic = transaction.Atomic(self.alias, savepoint=True, durable=True)
         atomic.__enter__()
         self._atomic = atomic
@@ -135,3 +135,18 @@ class DjangoConnection(DbapiConnection):
 
     def close(self) -> None:
         """Nothing: Django owns its connections (and closes them at each request's end)."""
+
+
+def _close_if_unusable(connection: Any) -> None:
+    """Django's ``close_if_unusable_or_obsolete`` without "obsolete": with ``CONN_MAX_AGE = 0`` (Django's default)
+    that closes the connection at every call, and each dual write would connect anew (a third of its time, profiled
+    in docs/dual-write-django.md). The age of a connection stays Django's, at each request's start and end."""
+    if connection.connection is None:
+        return
+    if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+        connection.close()  # the application left autocommit changed: Django's own rule, no chances taken
+    elif connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
