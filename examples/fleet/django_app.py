@@ -25,14 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 import django
 from django.conf import settings
 
-from kafka2pc.dualwrite import (
-    DualWriteIncompleteError,
-    DualWriteOutcomeUnknownError,
-    DualWriterPool,
-    LeaseLostError,
-    PoolTimeoutError,
-    state_table_ddl,
-)
+from kafka2pc.dualwrite import DualWriteIncompleteError, DualWriteOutcomeUnknownError, DualWriterPool, state_table_ddl
+from kafka2pc.errors import RetriableError
 
 
 def database_settings(url: str) -> dict[str, object]:
@@ -134,7 +128,7 @@ def create_order(request: HttpRequest) -> JsonResponse:
         return reply("exists", 409)
     except DualWriteIncompleteError:
         return reply("committed; event pending", 202)
-    except (DualWriteOutcomeUnknownError, PoolTimeoutError, LeaseLostError):
+    except (DualWriteOutcomeUnknownError, RetriableError):  # PoolTimeoutError, LeaseLostError, a lost connection
         return reply("retry with the same id", 503)
     return reply("created", 201)
 

@@ -38,6 +38,7 @@ from kafka2pc.dualwrite import (
     PoolTimeoutError,
     state_table_ddl,
 )
+from kafka2pc.errors import RetriableError
 
 log = logging.getLogger("orders")
 
@@ -153,6 +154,8 @@ def create_order():  # type: ignore[no-untyped-def]
         return reply("busy", 503, retry_after=1)
     except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         return reply("too slow; retry", 503, retry_after=1)
+    except RetriableError:  # the database connection lost inside the block, before the commit: nothing committed
+        return reply("retry", 503, retry_after=1)
     except sa.exc.DBAPIError as exc:
         if not retriable(exc):
             raise

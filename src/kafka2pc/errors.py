@@ -34,6 +34,7 @@ __all__ = [
     "BrokerUnavailableError",
     "CommandRefusedError",
     "ConfigError",
+    "DatabaseConnectionLostError",
     "DecidedNotCompletedError",
     "DecisionConflictError",
     "DecisionLogCorruptError",
@@ -164,6 +165,13 @@ class LeaseLostError(RetriableError):
     broker that was away, or a process frozen) kept its database transaction open longer than ``lease_s``, so
     PostgreSQL ended its session, or another process took the id over. Both sides were rolled back and the pool
     serves the next request with another writer: retry. The cause is chained (``__cause__``)."""
+
+
+class DatabaseConnectionLostError(RetriableError):
+    """A pooled writer's database connection was lost while the request's block ran, before the commit (a server
+    restart or failover, a cut network; on MariaDB and asyncpg also a session the server ended for the lease's idle
+    limit, which they do not tell apart): the writer committed nothing and Kafka's transaction was aborted. The pool
+    has replaced the connection: retry. The driver's error is chained (``__cause__``)."""
 
 
 class StorageUnavailableError(RetriableError):

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kafka2pc.dualwrite import DualWriter, DualWriterPool, DualWriteUsageError
-from kafka2pc.errors import ConfigError, UsageError
+from kafka2pc.errors import ConfigError, DatabaseConnectionLostError, RetriableError, UsageError
 
 from .test_dual_write import Database, kafka_keys, kill_and_recover, kill_pool_processes
 
@@ -239,6 +239,7 @@ def test_a_pool_frozen_inside_its_block_frees_its_id_for_a_live_pool(database, k
     print(f"\nclaimed while frozen: {claimed_while_frozen}; the frozen block ended with {failure!r:.160}")
     assert claimed_while_frozen, "the frozen session kept its row locked: no live pool could settle its id"
     assert failure, "the frozen block must not commit"
+    assert isinstance(failure[0], RetriableError), repr(failure[0])
     assert database.ids() == kafka_keys(bootstrap, topic) == [2]
 
 
@@ -259,7 +260,7 @@ def test_a_fleet_claiming_new_ids_at_once_never_deadlocks(database):
     for _ in range(3):
         start = threading.Barrier(len(tables))
 
-        def claim(leases: LeaseTable) -> None:
+        def claim(leases: LeaseTable, start: threading.Barrier = start) -> None:
             start.wait()
             try:
                 lease = leases.claim(uuid.uuid4().hex, "test", 15, max_ids=None)
@@ -276,3 +277,32 @@ def test_a_fleet_claiming_new_ids_at_once_never_deadlocks(database):
     print(f"\n{len(claimed)} claims of new ids by 8 sessions at once, 3 rounds: failures {failures!r:.300}")
     assert failures == []
     assert sorted(claimed) == sorted(f"claims-{n}" for n in range(24))
+
+
+def test_a_block_outliving_its_lease_under_sqlalchemy_is_a_lost_connection_not_a_misuse(database, kafka,
+                                                                                      topic_factory):
+    """Found by a user-level review: a slow call inside a pooled block on SQLAlchemy over PyMySQL (lease_s 1, the
+    block 3 s): MariaDB ends the session, the writer's RELEASE SAVEPOINT fails on PyMySQL's connection, and
+    SQLAlchemy has not noticed. It was reported as the application committing inside the block
+    (DualWriteUsageError, "rows committed inside stay without their events"), which nothing did."""
+    import time  # noqa: PLC0415
+
+    import sqlalchemy  # noqa: PLC0415
+
+    bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=1)
+    engine = sqlalchemy.create_engine(database.url.replace("mysql://", "mysql+pymysql://", 1))
+    pool = DualWriterPool(engine, {"bootstrap.servers": bootstrap, "transactional.id": f"sl-{uuid.uuid4().hex[:6]}"},
+                          size=1, lease_s=1)
+    insert = sqlalchemy.text("INSERT INTO orders (id, amount) VALUES (:id, 1)")
+    try:
+        with pytest.raises(DatabaseConnectionLostError, match="lost inside the block"), pool.transaction() as tx:
+            tx.connection.execute(insert, {"id": 1})
+            tx.produce(topic, value=b"1", key=b"1")
+            time.sleep(3)  # a slow call to another service
+        with pool.transaction() as tx:
+            tx.connection.execute(insert, {"id": 2})
+            tx.produce(topic, value=b"2", key=b"2")
+    finally:
+        pool.close()
+        engine.dispose()
+    assert database.ids() == kafka_keys(bootstrap, topic) == [2]

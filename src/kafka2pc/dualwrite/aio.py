@@ -107,6 +107,7 @@ class AsyncDualWriter:
         self._connection: Any = None if self._kind == "engine" else connection
         self._protocol: WriterProtocol | None = None
         self._table: StateTable | None = None
+        self._facts: DbapiConnection | None = None
         self._edge: AsyncEdge = AsyncEdge(connection, self._kafka)
         self._lock = asyncio.Lock()
         self._closed = False
@@ -135,6 +136,10 @@ class AsyncDualWriter:
     def lease_token(self) -> str | None:
         """The token of the lease this writer holds its id by (a pool's writer), else None."""
         return None if self._lease is None else self._lease.token
+
+    def connection_lost(self) -> bool:
+        """Whether the writer's database connection is known to be gone."""
+        return self._facts is not None and self._facts.lost()
 
     def ended_by_lease_limit(self, exc: BaseException) -> bool:
         """Whether ``exc`` is PostgreSQL ending this writer's transaction for the idle limit its lease sets."""
@@ -231,7 +236,7 @@ class AsyncDualWriter:
             table = StateTable(facts, self._state_table, create=self._create_state_table)
             await self._edge.call(self._cluster.connect)
             self._protocol = writer_protocol(facts, table, self._cluster, lease=self._lease, lease_s=self._lease_s)
-            self._table = table
+            self._table, self._facts = table, facts
         return self._protocol
 
     async def _run(self, steps: Any) -> None:

@@ -17,7 +17,7 @@ from kafka2pc.dualwrite.aio import AsyncDualWriter, AsyncDualWriteTransaction, L
 from kafka2pc.dualwrite.aio_keeper import AsyncLeaseKeeper
 from kafka2pc.dualwrite.aio_pool_writers import AsyncPoolWriters
 from kafka2pc.dualwrite.pool_writers import connection_broken
-from kafka2pc.dualwrite.slots import after_block_error, lease_lost_error, pool_prefix
+from kafka2pc.dualwrite.slots import after_block_error, connection_lost_error, lease_lost_error, pool_prefix
 from kafka2pc.dualwrite.writer_parts import ClusterTransport
 from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
 
@@ -142,6 +142,8 @@ class AsyncDualWriterPool:
                     writer = await self._set.replace(writer)
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
+                if fate.connection_lost:
+                    raise connection_lost_error(writer_id, exc) from exc
                 if not fate.retry:
                     raise
             finally:

@@ -67,7 +67,7 @@ class DbapiConnection:
 
     def lost(self) -> bool:
         """Whether the connection is known to be gone (a lost server, a session the database ended)."""
-        return is_closed(self.given)
+        return is_closed(self.given) or is_closed(self._dbapi)
 
     def why_in_transaction(self) -> str:
         """What to tell a caller who starts a dual write with a transaction open."""
@@ -188,6 +188,13 @@ class SqlAlchemyConnection(DbapiConnection):
 
     def in_transaction(self) -> bool:
         return bool(self.sqlalchemy.in_transaction())
+
+    def lost(self) -> bool:
+        """SQLAlchemy's disconnect, or the driver's connection closed under it before SQLAlchemy noticed (the
+        writer's statements run on the driver's connection)."""
+        if self.sqlalchemy.closed or self.sqlalchemy.invalidated:
+            return True
+        return is_closed(self.sqlalchemy.connection.dbapi_connection)  # not invalidated: no reconnect here
 
     def check_not_autocommit(self) -> None:
         super().check_not_autocommit()  # an engine made with isolation_level="AUTOCOMMIT" sets the driver's flag

@@ -21,7 +21,7 @@ from typing import Any
 from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_connection
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
-from kafka2pc.dualwrite.slots import after_block_error, lease_lost_error, pool_prefix
+from kafka2pc.dualwrite.slots import after_block_error, connection_lost_error, lease_lost_error, pool_prefix
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
@@ -133,6 +133,8 @@ class DualWriterPool:
                     writer = self._set.replace(writer)
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
+                if fate.connection_lost:
+                    raise connection_lost_error(writer_id, exc) from exc
                 if not fate.retry:
                     raise
             finally:

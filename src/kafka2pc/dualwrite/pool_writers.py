@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafka2pc.dualwrite.connection import adapt, is_closed
+from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import Lease, LeaseTable
 from kafka2pc.dualwrite.slots import Wait, WriterSlots
 from kafka2pc.dualwrite.state_table import StateTable
@@ -305,5 +305,6 @@ def _close_connection(connection: Any) -> None:
 
 def connection_broken(writer: Any, exc: BaseException) -> bool:
     """Whether ``exc`` came with the database connection failing (not a statement): a connection that is now
-    closed (psycopg: a lost server, a session PostgreSQL ended), or SQLAlchemy's disconnect."""
-    return bool(getattr(exc, "connection_invalidated", False)) or is_closed(writer.connection)
+    closed (a lost server, a session the database ended; under SQLAlchemy too, before it noticed), or SQLAlchemy's
+    disconnect."""
+    return bool(getattr(exc, "connection_invalidated", False)) or writer.connection_lost()

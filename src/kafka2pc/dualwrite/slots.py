@@ -14,6 +14,7 @@ from kafka2pc.dualwrite.lease_statements import Lease
 from kafka2pc.dualwrite.upkeep import WriterView
 from kafka2pc.errors import (
     ConfigError,
+    DatabaseConnectionLostError,
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
@@ -164,6 +165,7 @@ class Fate:
     replace: bool = False
     retry: bool = False
     lease_lost: bool = False
+    connection_lost: bool = False
 
 
 def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease: bool) -> Fate:
@@ -173,7 +175,18 @@ def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease
         return Fate(drop=True, retry=not started, lease_lost=started and isinstance(exc, ProducerFencedError))
     if isinstance(exc, DualWriteIncompleteError | DualWriteOutcomeUnknownError):  # the writer stays unfinished
         return Fate(replace=isinstance(exc, DualWriteOutcomeUnknownError))  # its connection failed at commit
-    return Fate(replace=broken, lease_lost=broken and started and lost_lease)
+    # any other error of a started block that came with the connection failing was before the commit (the protocol
+    # raises DualWriteOutcomeUnknownError for one at the commit): nothing committed, retriable
+    return Fate(replace=broken, lease_lost=broken and started and lost_lease,
+                connection_lost=broken and started and not lost_lease)
+
+
+def connection_lost_error(transactional_id: str, exc: Exception) -> DatabaseConnectionLostError:
+    """The error of a block whose database connection was lost before the commit."""
+    return DatabaseConnectionLostError(
+        f"{transactional_id!r}: the database connection was lost inside the block, before the commit (a restart, "
+        "a cut network, or the session ended for the lease's idle limit after a long wait in the block); the "
+        f"writer committed nothing and Kafka's transaction was aborted: retry ({type(exc).__name__}: {exc})")
 
 
 def lease_lost_error(transactional_id: str, lease_s: float, exc: Exception) -> LeaseLostError:

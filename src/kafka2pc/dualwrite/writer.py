@@ -129,6 +129,10 @@ class DualWriter:
         self._open_tx = DualWriteTransaction(self._db.cursor(), self._protocol.producer, self._db.given)
         return self._open_tx
 
+    def connection_lost(self) -> bool:
+        """Whether the writer's database connection is known to be gone."""
+        return self._db.lost()
+
     def ended_by_lease_limit(self, exc: BaseException) -> bool:
         """Whether ``exc`` is PostgreSQL ending this writer's transaction for the idle limit its lease sets (so
         nothing of the block was committed), as opposed to any other limit."""
