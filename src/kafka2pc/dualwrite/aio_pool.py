@@ -18,6 +18,7 @@ from kafka2pc.dualwrite.aio_keeper import AsyncLeaseKeeper
 from kafka2pc.dualwrite.aio_pool_writers import AsyncPoolWriters
 from kafka2pc.dualwrite.pool_writers import connection_broken
 from kafka2pc.dualwrite.slots import after_block_error, connection_lost_error, lease_lost_error, pool_prefix
+from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer_parts import ClusterTransport
 from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
 
@@ -134,7 +135,8 @@ class AsyncDualWriterPool:
                 return
             except Exception as exc:
                 fate = after_block_error(exc, started=started, broken=connection_broken(writer, exc),
-                                         lost_lease=writer.ended_by_lease_limit(exc))
+                                         lost_lease=writer.ended_by_lease_limit(exc),
+                                         session_ended=StateTable.session_ended(exc))
                 if fate.drop:
                     await self._set.drop(writer, exc)
                     writer = None
@@ -165,6 +167,12 @@ class AsyncDualWriterPool:
         if self._closed or os.getpid() != self._pid:
             return
         self._loop.check()
+        async with self._starting:  # a start in progress ends first (its keeper is then this close's to stop)
+            await self._close()
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         idle = await self._set.close()
         if self._keeper is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka2pc import metrics
 from kafka2pc.dualwrite import blocking
+from kafka2pc.dualwrite.pool_writers import close_connection
 from kafka2pc.dualwrite.upkeep import Upkeep, WriterView, plan_upkeep
 from kafka2pc.errors import DualWriteRecoveryError, ProducerFencedError
 
@@ -125,8 +126,7 @@ class LeaseKeeper(KeeperCore):
     def stop(self) -> None:
         self.halt()
         self._stop.set()
-        with contextlib.suppress(Exception):
-            self._connection.close()
+        close_connection(self._connection)
 
     def halt(self) -> None:
         """Stop the threads, keeping the connection (rounds can still be run by hand: tick())."""
@@ -179,8 +179,7 @@ class LeaseKeeper(KeeperCore):
             return
         except Exception:
             pass
-        with contextlib.suppress(Exception):
-            self._connection.close()
+        close_connection(self._connection)
         try:
             self._connection = self._pool.connect_shareable()
             self._leases = self._pool.lease_table(self._connection)

@@ -92,7 +92,9 @@ class LeaseStatements:
             raise
 
     def _in_fleet(self, extra: str = "") -> str:
-        return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND fleet = ?{extra}")
+        # MariaDB compares the columns case-insensitively (the default collation): the fleet's name byte for byte
+        fleet = "BINARY fleet" if self.table.mysql else "fleet"
+        return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND {fleet} = ?{extra}")
 
     def adopt(self) -> Steps[int]:
         """Make ids named ``<prefix>-<n>`` that no pool leased yet (rows of a release before leases, or of a pool
@@ -144,18 +146,19 @@ class LeaseStatements:
             yield Sql(self.table.sql(f"UPDATE {table} SET lease_owner = ?, lease_expires = {now} + ?, "
                                      f"heartbeat_at = {now}, holder = ? WHERE transactional_id = ?"),
                       (token, lease_s, holder[:255], lease.transactional_id))
+            if named_lock:  # released inside the transaction, never held by a session with none open (the idle
+                # limit would not end a process frozen after its commit); the next claim may insert the same number
+                # before this commit lands: two sessions on one key wait for each other, and never deadlock
+                yield self._release_named_lock(named_lock.pop())
             return lease
 
         try:
-            claimed = yield from self._transaction(body, write=True)
+            return (yield from self._transaction(body, write=True))
         except Exception:
             if named_lock:
                 with contextlib.suppress(Exception):
-                    yield self._release_named_lock(named_lock[0])
+                    yield self._release_named_lock(named_lock.pop())
             raise
-        if named_lock:  # after the commit: the next claim's insert reads this one's id
-            yield self._release_named_lock(named_lock[0])
-        return claimed
 
     def _release_named_lock(self, name: str) -> Sql:
         return Sql(self.table.sql("SELECT RELEASE_LOCK(?)"), (name,), Fetch.ONE)
@@ -175,10 +178,14 @@ class LeaseStatements:
             named_lock.append(name[:64])
         elif not self.table.sqlite:
             yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"), (name,), Fetch.ONE)
+        tried = -1
         for _ in range(_INSERT_ATTEMPTS):
             row = yield Sql(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
                             (*self._range, self.prefix), Fetch.ONE)
-            index = 0 if row[0] is None else int(row[0]) + 1
+            # past a number already tried: its name may be another row's that is not the fleet's (on MariaDB a
+            # prefix differing only in case, which the case-insensitive key takes for the same id)
+            index = max(0 if row[0] is None else int(row[0]) + 1, tried + 1)
+            tried = index
             if max_ids is not None and index >= max_ids:
                 return None
             ignore, on_conflict = ("IGNORE ", "") if self.table.mysql else \

@@ -22,6 +22,7 @@ from kafka2pc.dualwrite.django_connection import DjangoConnection, is_django_con
 from kafka2pc.dualwrite.keeper import LeaseKeeper
 from kafka2pc.dualwrite.pool_writers import PoolWriters, connection_broken
 from kafka2pc.dualwrite.slots import after_block_error, connection_lost_error, lease_lost_error, pool_prefix
+from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer import ClusterTransport, DualWriter, DualWriteTransaction
 from kafka2pc.errors import (
     ConfigError,
@@ -125,7 +126,8 @@ class DualWriterPool:
                 return
             except Exception as exc:
                 fate = after_block_error(exc, started=started, broken=connection_broken(writer, exc),
-                                         lost_lease=writer.ended_by_lease_limit(exc))
+                                         lost_lease=writer.ended_by_lease_limit(exc),
+                                         session_ended=StateTable.session_ended(exc))
                 if fate.drop:
                     self._set.drop(writer, exc)
                     writer = None

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import Lease, LeaseTable
 from kafka2pc.dualwrite.slots import Wait, WriterSlots
@@ -124,11 +125,11 @@ class PoolWriters:
             lease = self.lease_table(connection).claim(uuid.uuid4().hex, self.holder, self.lease_s,
                                                        max_ids=self.max_ids, expired_only=expired_only)
             if lease is None:
-                _close_connection(connection)
+                close_connection(connection)
                 return None
             writer = self._new_writer(connection, lease)
         except BaseException:
-            _close_connection(connection)
+            close_connection(connection)
             raise
         if lease.taken_from is not None:
             log.warning("%r: took over the lease of %s (expired %.1f s ago); recovering what it left",
@@ -170,7 +171,7 @@ class PoolWriters:
         try:
             check_shareable(connection)
         except BaseException:
-            _close_connection(connection)
+            close_connection(connection)
             raise
         return connection
 
@@ -216,7 +217,7 @@ class PoolWriters:
             try:
                 successor = self._new_writer(connection, lease)
             except BaseException:
-                _close_connection(connection)
+                close_connection(connection)
                 raise
         except Exception as exc:  # the database is still away: the old writer stays, and recovers when it can
             log.warning("%r: could not reconnect (%r); keeping the old connection", writer.transactional_id, exc)
@@ -251,7 +252,7 @@ class PoolWriters:
                 self.lease_table(writer.connection).release(writer.transactional_id, token)
         except Exception as exc:
             log.debug("%r: closing failed: %r", writer.transactional_id, exc)
-        _close_connection(writer.connection)
+        close_connection(writer.connection)
 
     def reap_one(self) -> bool:
         """For the keeper: claim one expired lease of the fleet, settle its id, and give it back. False when there
@@ -298,9 +299,16 @@ def check_shareable(connection: Any) -> None:
                                      "check_same_thread=False)")
 
 
-def _close_connection(connection: Any) -> None:
+def close_connection(connection: Any) -> None:
+    """Close a pool's connection (an Engine's goes back to it: on MariaDB its session's idle limits reset first)."""
+    with contextlib.suppress(Exception):
+        table = StateTable(adapt(connection), "kafka2pc_dual_write_state", create=False)
+        if table.mysql:
+            blocking.run(table.unlimit_idle(), table.connection)
     with contextlib.suppress(Exception):
         connection.close()
+
+
 
 
 def connection_broken(writer: Any, exc: BaseException) -> bool:

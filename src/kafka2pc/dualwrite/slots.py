@@ -18,6 +18,7 @@ from kafka2pc.errors import (
     DualWriteIncompleteError,
     DualWriteOutcomeUnknownError,
     DualWriteRecoveryError,
+    DualWriteUsageError,
     LeaseLostError,
     PoolTimeoutError,
     ProducerFencedError,
@@ -168,17 +169,23 @@ class Fate:
     connection_lost: bool = False
 
 
-def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease: bool) -> Fate:
+def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease: bool,
+                      session_ended: bool = False) -> Fate:
     """``started``: the application's block had begun; ``broken``: the writer's connection failed with ``exc``;
-    ``lost_lease``: ``exc`` is the database ending the transaction for the idle limit the lease sets."""
+    ``lost_lease``: ``exc`` is the database ending the transaction for the idle limit the lease sets;
+    ``session_ended``: PostgreSQL said it ended the session for an idle limit (a session's own limit, when not the
+    lease's: it may have ended a transaction the application began after committing inside the block, so the
+    database's error is raised as it is, never as retriable)."""
     if isinstance(exc, ProducerFencedError | DualWriteRecoveryError):  # a lease taken over, or an operator's case
         return Fate(drop=True, retry=not started, lease_lost=started and isinstance(exc, ProducerFencedError))
     if isinstance(exc, DualWriteIncompleteError | DualWriteOutcomeUnknownError):  # the writer stays unfinished
         return Fate(replace=isinstance(exc, DualWriteOutcomeUnknownError))  # its connection failed at commit
     # any other error of a started block that came with the connection failing was before the commit (the protocol
     # raises DualWriteOutcomeUnknownError for one at the commit): nothing committed, retriable
+    # a DualWriteUsageError is the protocol's own verdict (the block may have committed by itself): never retriable
     return Fate(replace=broken, lease_lost=broken and started and lost_lease,
-                connection_lost=broken and started and not lost_lease)
+                connection_lost=broken and started and not lost_lease and not session_ended
+                and not isinstance(exc, DualWriteUsageError))
 
 
 def connection_lost_error(transactional_id: str, exc: Exception) -> DatabaseConnectionLostError:
@@ -186,7 +193,8 @@ def connection_lost_error(transactional_id: str, exc: Exception) -> DatabaseConn
     return DatabaseConnectionLostError(
         f"{transactional_id!r}: the database connection was lost inside the block, before the commit (a restart, "
         "a cut network, or the session ended for the lease's idle limit after a long wait in the block); the "
-        f"writer committed nothing and Kafka's transaction was aborted: retry ({type(exc).__name__}: {exc})")
+        "writer committed nothing and Kafka's transaction was aborted: retry (unless the block committed by "
+        f"itself, which it must not) ({type(exc).__name__}: {exc})")
 
 
 def lease_lost_error(transactional_id: str, lease_s: float, exc: Exception) -> LeaseLostError:

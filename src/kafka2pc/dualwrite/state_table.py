@@ -75,6 +75,10 @@ _COLUMNS = "owner, prepared_state, transaction_version, completed, two_phase, tx
 NOW_SQL = {"sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
            "mysql": "UNIX_TIMESTAMP(SYSDATE(6))",
            "other": "EXTRACT(EPOCH FROM clock_timestamp())"}
+#: MariaDB's limits on a session idle inside a transaction: the general one, and those for a transaction that wrote
+#: or only read, each of which replaces the general one when set
+_MARIADB_IDLE_LIMITS = ("idle_transaction_timeout", "idle_write_transaction_timeout",
+                        "idle_readonly_transaction_timeout")
 #: MySQL/MariaDB errors after which the server has rolled the whole transaction back (a deadlock's victim)
 _MYSQL_TRANSACTION_ROLLED_BACK = frozenset({1213})
 
@@ -245,11 +249,12 @@ class StateTable:
             raise UsageError(self.connection.why_in_transaction())
         limit = idle_limit_ms if idle_limit_ms is not None else self.idle_limit_ms
         if self.mariadb:  # the status flag misses a transaction that only read: the server's own variable does not
-            row = yield Sql("SELECT @@in_transaction, @@idle_transaction_timeout", fetch=Fetch.ONE)
+            row = yield Sql(f"SELECT @@in_transaction, {', '.join('@@' + name for name in _MARIADB_IDLE_LIMITS)}",
+                            fetch=Fetch.ONE)
             if row[0]:
                 raise UsageError(self.connection.why_in_transaction())
-            if limit is not None and int(row[1]) != _seconds(limit):  # set once per session (again after a
-                # reconnect): no round trip more per transaction
+            if limit is not None and any(int(value) != _seconds(limit) for value in row[1:]):  # set once per session
+                # (again after a reconnect): no round trip more per transaction
                 yield from self.limit_idle(limit)
         yield from self._ensure_table()
         try:
@@ -305,9 +310,17 @@ class StateTable:
 
     def limit_idle(self, idle_limit_ms: int) -> Steps[None]:
         """MariaDB: end the session when it leaves a transaction idle for ``idle_limit_ms`` (whole seconds, at least
-        one; set for the session, before its transaction: a frozen process's row locks free with it)."""
+        one; set for the session, before its transaction: a frozen process's row locks free with it). All three of
+        MariaDB's limits: one for writing or read-only transactions, when set, replaces the general one."""
         if self.mysql:
-            yield Sql(f"SET SESSION idle_transaction_timeout = {_seconds(idle_limit_ms)}")
+            seconds = _seconds(idle_limit_ms)
+            yield Sql("SET SESSION " + ", ".join(f"{name} = {seconds}" for name in _MARIADB_IDLE_LIMITS))
+
+    def unlimit_idle(self) -> Steps[None]:
+        """MariaDB: the session's idle limits back to the server's (before a pool gives the connection back to an
+        Engine, whose other users must not inherit a lease's limit)."""
+        if self.mysql:
+            yield Sql("SET SESSION " + ", ".join(f"{name} = DEFAULT" for name in _MARIADB_IDLE_LIMITS))
 
     @staticmethod
     def mark_block() -> Savepoint:
