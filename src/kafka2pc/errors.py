@@ -171,7 +171,8 @@ class DatabaseConnectionLostError(RetriableError):
     """A pooled writer's database connection was lost while the request's block ran, before the commit (a server
     restart or failover, a cut network; on MariaDB and asyncpg also a session the server ended for the lease's idle
     limit, which they do not tell apart): the writer committed nothing and Kafka's transaction was aborted. The pool
-    has replaced the connection: retry. The driver's error is chained (``__cause__``)."""
+    has replaced the connection: retry (a block that committed by itself, which it must not, is the one case where
+    its rows stay). The driver's error is chained (``__cause__``)."""
 
 
 class StorageUnavailableError(RetriableError):
