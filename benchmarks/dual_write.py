@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import logging
@@ -477,6 +478,7 @@ def run_django_section(dsn: str, bootstrap: str, *, writer_counts: list[int], tr
         for round_ in range(rounds + 1):
             for name, workers in contenders.items():
                 rate, latencies, cpu_ms = measure(workers, transactions, ids)
+                gc.collect()  # the ended threads' Django connections close (each thread had its own)
                 if round_:
                     best, kept, cpus = figures.get(name, (0.0, [], []))
                     figures[name] = (max(best, rate), kept + latencies, [*cpus, cpu_ms])

@@ -41,6 +41,8 @@ from kafka2pc.dualwrite import (
 from kafka2pc.errors import RetriableError
 
 log = logging.getLogger("orders")
+# time, pid and logger on every line (gunicorn's own logging does not cover the application's): which worker said it
+logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s")
 
 TOPIC = os.environ.get("ORDERS_TOPIC", "orders")
 KAFKA = {

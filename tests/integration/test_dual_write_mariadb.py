@@ -306,3 +306,29 @@ def test_a_block_outliving_its_lease_under_sqlalchemy_is_a_lost_connection_not_a
         pool.close()
         engine.dispose()
     assert database.ids() == kafka_keys(bootstrap, topic) == [2]
+
+
+def test_kafka2pc_fleet_reads_a_mariadb_state_table(database, kafka):
+    """Found by a user-level review: `kafka2pc fleet --db mysql://...` failed with psycopg's traceback."""
+    import json  # noqa: PLC0415
+
+    from .test_cli_fleet import fleet  # noqa: PLC0415
+
+    prefix = f"cf-{uuid.uuid4().hex[:6]}"
+    pool = DualWriterPool(database.connect, {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": prefix},
+                          size=2, min_size=2)
+    try:
+        shown = fleet("--db", database.url, "--prefix", prefix, "--json")
+        assert shown.returncode == 0, shown.stderr
+        rows = json.loads(shown.stdout)
+        print(f"\n{fleet('--db', database.url, '--prefix', prefix).stdout}")
+    finally:
+        pool.close()
+    assert sorted(row["transactional_id"] for row in rows) == pool_ids(prefix, 2)
+    assert {row["status"] for row in rows} == {"leased"}
+    freed = json.loads(fleet("--db", database.url, "--prefix", prefix, "--json").stdout)
+    assert {row["status"] for row in freed} == {"free"}
+
+
+def pool_ids(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{n}" for n in range(count)]

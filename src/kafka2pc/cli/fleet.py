@@ -9,6 +9,7 @@ import json
 import sqlite3
 import time
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from kafka2pc.cli.connection import add_connection_args, client_settings
 from kafka2pc.cli.txns import text_table
@@ -27,8 +28,9 @@ def add_fleet_command(commands: Any) -> None:
     parser = commands.add_parser("fleet", help="the ids a fleet of DualWriterPools leases, from the state table",
                                  description=__doc__)
     parser.add_argument("--db", required=True, metavar="DSN",
-                        help="the state table's database: sqlite:PATH, or a PostgreSQL connection string "
-                             "(postgresql://... or 'host=... dbname=...'; needs kafka2pc[postgres])")
+                        help="the state table's database: sqlite:PATH, a PostgreSQL connection string "
+                             "(postgresql://... or 'host=... dbname=...'; needs kafka2pc[postgres]), or "
+                             "mysql://user[:password]@host[:port]/database for MariaDB (needs kafka2pc[mysql])")
     parser.add_argument("--prefix", required=True, help="the fleet's transactional.id prefix")
     parser.add_argument("--state-table", default="kafka2pc_dual_write_state", help="the state table's name")
     add_connection_args(parser, required=False)
@@ -43,11 +45,25 @@ def connect(dsn: str) -> Any:
     """A DB-API connection to ``dsn``."""
     if dsn.startswith("sqlite:"):
         return sqlite3.connect(dsn.removeprefix("sqlite:").removeprefix("//"), timeout=30, check_same_thread=False)
+    if dsn.startswith(("mysql://", "mariadb://")):
+        return _connect_mysql(dsn)
     try:
         import psycopg  # noqa: PLC0415 - the postgres extra
     except ImportError:
         raise ConfigError("--db", "a PostgreSQL DSN needs psycopg: pip install 'kafka2pc[postgres]'") from None
     return psycopg.connect(dsn)
+
+
+def _connect_mysql(url: str) -> Any:
+    try:
+        import pymysql  # noqa: PLC0415 - the mysql extra
+    except ImportError:
+        raise ConfigError("--db", "a mysql:// URL needs PyMySQL: pip install 'kafka2pc[mysql]'") from None
+    parts = urlsplit(url)
+    if not parts.path.strip("/"):
+        raise ConfigError("--db", "a mysql:// URL names its database: mysql://user@host:3306/database")
+    return pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306, user=parts.username or "",
+                           password=unquote(parts.password or ""), database=parts.path.strip("/"))
 
 
 def run_fleet(args: argparse.Namespace) -> int:

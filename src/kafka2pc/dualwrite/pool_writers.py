@@ -132,8 +132,9 @@ class PoolWriters:
             close_connection(connection)
             raise
         if lease.taken_from is not None:
-            log.warning("%r: took over the lease of %s (expired %.1f s ago); recovering what it left",
-                        lease.transactional_id, lease.taken_from, lease.expired_s or 0.0)
+            whose = "this process's own" if lease.taken_from == self.holder else f"the lease of {lease.taken_from}"
+            log.warning("%r: took over %s (expired %.1f s ago); recovering what it left", lease.transactional_id,
+                        whose, lease.expired_s or 0.0)
         with self._cv:
             self._slots.grown(writer, lease)
         return writer
