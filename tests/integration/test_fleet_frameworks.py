@@ -361,6 +361,17 @@ def fleet_env(url: str, bootstrap: str, topic: str, prefix: str) -> dict[str, st
             "DUAL_WRITE_LEASE_S": str(LEASE_S), "PYTHONUNBUFFERED": "1"}
 
 
+def print_run(label: str, outcomes: dict[int, Outcome],
+              results: tuple[list[int], float, KillWatch, float, float]) -> None:
+    """The figures of a serve_and_kill run, for the test's output."""
+    db_ids, ran_s, watch, settled_after, stopped_s = results
+    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
+    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
+    print(f"\n{label}: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; answers "
+          f"{statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s after the "
+          f"kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s after SIGTERM")
+
+
 # -- the tests ----------------------------------------------------------------------------------------------------
 
 GUNICORN_ORDERS = 240
@@ -405,13 +416,7 @@ def test_gunicorn_django_fleet_with_a_killed_worker(postgres_dsn, kafka, topic_f
                                        prefix="dj", orders=DJANGO_ORDERS,
                                        arguments=["--workers", "3", "--threads", "2", "--graceful-timeout", "10",
                                                   "django_app:application"])
-    db_ids, ran_s, watch, settled_after, stopped_s = results
-    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
-    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
-    print(f"\ngunicorn + Django: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; "
-          f"answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s "
-          f"after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s "
-          "after SIGTERM")
+    print_run("gunicorn + Django", outcomes, results)
 
 
 def serve_and_kill(postgres_dsn: str, kafka: Any, topic_factory: Any, *, log: Path, prefix: str,
@@ -465,13 +470,7 @@ def test_gunicorn_flask_fleet_on_mariadb_with_a_killed_worker(mariadb_url, kafka
                                        prefix="my", orders=MARIADB_ORDERS, database=(db, url),
                                        arguments=["--workers", "3", "--threads", "2", "--graceful-timeout", "10",
                                                   "flask_app:app"])
-    db_ids, ran_s, watch, settled_after, stopped_s = results
-    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
-    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
-    print(f"\ngunicorn + Flask + MariaDB: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker "
-          f"processes; answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled "
-          f"{settled_after:.1f} s after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free "
-          f"{stopped_s:.1f} s after SIGTERM")
+    print_run("gunicorn + Flask + MariaDB", outcomes, results)
 
 
 ASYNC_ORDERS = 200
@@ -490,13 +489,7 @@ def test_uvicorn_fastapi_async_fleet_with_a_killed_worker(postgres_dsn, kafka, t
         postgres_dsn, kafka, topic_factory, log=tmp_path / "uvicorn-async.log", prefix="aio", orders=ASYNC_ORDERS,
         clients=16, uvicorn=True, env={"DUAL_WRITE_SIZE": "4"},
         arguments=["fastapi_async_app:app", "--workers", "2", "--timeout-graceful-shutdown", "10"])
-    db_ids, ran_s, watch, settled_after, stopped_s = results
-    worker_pids = {pid for outcome in outcomes.values() for pid in outcome.pids}
-    statuses = sorted({str(s) for outcome in outcomes.values() for s in outcome.statuses})
-    print(f"\nuvicorn + async FastAPI: {len(db_ids)} orders in {ran_s:.1f} s by {len(worker_pids)} worker processes; "
-          f"answers {statuses}; killed pid {watch.killed_pid} holding {watch.held}: settled {settled_after:.1f} s "
-          f"after the kill (lease_s {LEASE_S:g}); DB ids == read_committed keys; all ids free {stopped_s:.1f} s "
-          "after SIGTERM")
+    print_run("uvicorn + async FastAPI", outcomes, results)
 
 
 FASTAPI_ORDERS = 200
