@@ -217,11 +217,12 @@ def _frozen_block_is_settled(url: str, setting: str | None, *, write: bool) -> t
     return claimed_while_frozen, failure
 
 
-@pytest.mark.parametrize(("setting", "write"), [
-    pytest.param(None, True, id="control-wrote"),
-    pytest.param(None, False, id="control-locked-only"),
+@pytest.mark.parametrize(("setting", "write"), [  # the controls and the read-only case in make chaos (suite time)
+    pytest.param(None, True, id="control-wrote", marks=pytest.mark.slow),
+    pytest.param(None, False, id="control-locked-only", marks=pytest.mark.slow),
     pytest.param("idle_write_transaction_timeout", True, id="idle_write_transaction_timeout"),
-    pytest.param("idle_readonly_transaction_timeout", False, id="idle_readonly_transaction_timeout"),
+    pytest.param("idle_readonly_transaction_timeout", False, id="idle_readonly_transaction_timeout",
+                 marks=pytest.mark.slow),
 ])
 def test_a_frozen_block_frees_its_id_whatever_idle_limits_the_server_sets(url: str, setting: str | None,
                                                                           write: bool) -> None:
@@ -298,8 +299,10 @@ def test_close_during_a_start_in_progress_leaves_no_keeper_running(postgres_dsn:
         gate.shut()
         starting = asyncio.create_task(pool.start())  # a request's transaction() starting the pool
         assert await asyncio.to_thread(gate.waiting.wait, 10), "the start never reached the broker"
-        await pool.close()  # the lifespan's shutdown
-        gate.opened.set()
+        closing = asyncio.create_task(pool.close())  # the lifespan's shutdown, while the start waits on the broker
+        await asyncio.sleep(0.3)
+        gate.opened.set()  # the broker answers: the start ends, then the close (which waited for it) stops its keeper
+        await closing
         with contextlib.suppress(Exception):
             await starting
         await asyncio.sleep(0.5)

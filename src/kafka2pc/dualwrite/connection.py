@@ -79,6 +79,11 @@ class DbapiConnection:
         framework's transaction hooks); None when nothing is known."""
         return None
 
+    def ended_inside(self) -> bool:
+        """Whether the transaction the writer began is known to have ended inside the block (the application's
+        commit or rollback); False when the connection cannot tell (the savepoint then does)."""
+        return False
+
     def marked_for_rollback(self) -> bool:
         """Whether a framework marked the open transaction for rollback after a failed statement (it is still
         open: the block's error is the application's, not an ended transaction)."""
@@ -163,6 +168,7 @@ class SqlAlchemyConnection(DbapiConnection):
     def __init__(self, connection: Any, *, owned: bool):
         self.sqlalchemy = connection
         self.owned = owned
+        self._began: Any = None
         super().__init__(connection.connection.dbapi_connection)
         self.given = connection
 
@@ -172,13 +178,21 @@ class SqlAlchemyConnection(DbapiConnection):
         return self.sqlalchemy.connection.dbapi_connection
 
     def begin(self) -> None:
-        self.sqlalchemy.begin()
+        self._began = self.sqlalchemy.begin()
 
     def commit(self) -> None:
+        self._began = None
         self.sqlalchemy.commit()
 
     def rollback(self) -> None:
+        self._began = None
         self.sqlalchemy.rollback()
+
+    def ended_inside(self) -> bool:
+        """SQLAlchemy's current transaction is no longer the one the writer began (``connection.commit()`` or
+        ``rollback()`` inside the block; autobegin then opened another): known in memory, whatever became of the
+        database connection since."""
+        return self._began is not None and self.sqlalchemy.get_transaction() is not self._began
 
     def cursor(self) -> Any:
         return self.sqlalchemy.connection.cursor()

@@ -114,9 +114,11 @@ class LeaseStatements:
 
     def _adopt_row(self, transactional_id: str, index: int) -> Sql:
         # expired as of now (its age in the metrics starts at the adoption, not in 1970)
+        # MariaDB's key is case-insensitive: only the row of exactly this name (never a writer's 'SHOP-0' for 'shop-0')
+        exact = " AND BINARY transactional_id = ?" if self.table.mysql else ""
         return Sql(self.table.sql(f"UPDATE {self.table.table} SET fleet = ?, fleet_index = ?, lease_expires = "
-                                  f"{self.table.now} WHERE transactional_id = ? AND fleet IS NULL"),
-                   (self.prefix, index, transactional_id), Fetch.ROWCOUNT)
+                                  f"{self.table.now} WHERE transactional_id = ? AND fleet IS NULL{exact}"),
+                   (self.prefix, index, transactional_id, *((transactional_id,) if exact else ())), Fetch.ROWCOUNT)
 
     def claim(self, token: str, holder: str, lease_s: float, *, max_ids: int | None,
               expired_only: bool = False) -> Steps[Lease | None]:
@@ -195,9 +197,14 @@ class LeaseStatements:
                                  (f"{self.prefix}-{index}", self.prefix, index), Fetch.ROWCOUNT)
             if inserted == 1:
                 return Lease(f"{self.prefix}-{index}", index, token)
-            # a concurrent claim inserted it, or a row of that name outside the fleet (a writer of an earlier
-            # release, an operator's recover) has it: adopted, to be settled, and the next number tried
-            yield self._adopt_row(f"{self.prefix}-{index}", index)
+            # a concurrent claim inserted it (the fleet's: the next number), or a row of that name outside the
+            # fleet (a writer of an earlier release, an operator's recover) has it: adopted, to be settled. A plain
+            # read first: on MariaDB updating a row the fleet's new writer is about to lock would deadlock with it
+            name = f"{self.prefix}-{index}"
+            owner = yield Sql(self.table.sql(f"SELECT fleet FROM {table} WHERE transactional_id = ?"), (name,),
+                              Fetch.ONE)
+            if owner is not None and owner[0] is None:
+                yield self._adopt_row(name, index)
         raise PoolTimeoutError(f"fleet {self.prefix!r}: {_INSERT_ATTEMPTS} concurrent claims inserted the next id "
                                "first, every time; retry")
 

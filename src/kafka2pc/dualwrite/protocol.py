@@ -208,9 +208,10 @@ class WriterProtocol:
         except Exception as exc:
             ended = False
             try:
-                ended = (savepoint_held and not isinstance(exc, DualWriteUsageError) and not self.session_lost(exc)
-                         and not self.db.marked_for_rollback() and not table.is_failed_transaction(exc)
-                         and (yield from table.block_ended()))
+                ended = savepoint_held and not isinstance(exc, DualWriteUsageError) and (
+                    self.db.ended_inside()  # known in memory: even if the connection was lost afterwards
+                    or (not self.session_lost(exc) and not self.db.marked_for_rollback()
+                        and not table.is_failed_transaction(exc) and (yield from table.block_ended())))
             finally:  # an interrupt thrown in at the savepoint's check must not skip the rollback
                 yield from self._roll_back_both()
             if ended:
@@ -275,6 +276,8 @@ class WriterProtocol:
         misuse = self.db.block_misuse()
         if misuse is not None:
             raise DualWriteUsageError(f"{self.transactional_id!r}: {misuse}. Both were rolled back")
+        if self.db.ended_inside():
+            raise self._block_ended_error(RuntimeError("the connection's transaction ended inside the block"))
         try:
             yield self.table.release_block()
         except Exception as exc:
