@@ -192,6 +192,8 @@ def test_a_transaction_that_only_read_is_refused_before_the_block(database, kafk
     dual.close()
 
 
+@pytest.mark.slow  # make chaos: the default suite runs the same freeze against the coordinator model
+# (test_review_mariadb_leases.py, with a server's idle_write_transaction_timeout set)
 def test_a_pool_frozen_inside_its_block_frees_its_id_for_a_live_pool(database, kafka, topic_factory):
     """A pooled writer's process stops inside its block (its client idle, its row locked): MariaDB ends the session
     after a lease (idle_transaction_timeout, set by the writer), so a live pool claims the expired id and settles
