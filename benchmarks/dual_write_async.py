@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from kafka2pc.dualwrite import AsyncDualWriter
+from kafka2pc.dualwrite import AsyncDualWriter, AsyncDualWriterPool
 
 #: one transaction: awaited with the order id
 AsyncTransaction = Callable[[int], Awaitable[None]]
@@ -151,7 +151,7 @@ async def run_asyncio(url: str, schema: str, bootstrap: str, topic: str, *, conc
                                                    "transactional.id": f"{prefix}-{n}"}) for n in range(tasks)]
         await asyncio.gather(*(writer.recover() for writer in writers))
 
-        def dual_write(writer: AsyncDualWriter) -> AsyncTransaction:
+        def dual_write(writer: AsyncDualWriter | AsyncDualWriterPool) -> AsyncTransaction:
             async def transaction(order: int) -> None:
                 async with writer.transaction() as tx:
                     await tx.connection.execute(insert, {"id": order})
@@ -161,6 +161,7 @@ async def run_asyncio(url: str, schema: str, bootstrap: str, topic: str, *, conc
         await report("AsyncDualWriter (dual write)", tasks, [dual_write(writer) for writer in writers])
         await asyncio.gather(*(writer.close() for writer in writers))
         await writer_engine.dispose()
+        await run_pool(url, schema, bootstrap, tasks, report=report, dual_write=dual_write)
         ours = results[f"AsyncDualWriter (dual write) x{tasks}"]
         for peer in ("async SQLAlchemy, DB only", "confluent-kafka, Kafka only"):
             theirs = results[f"{peer} x{tasks}"]
@@ -168,3 +169,17 @@ async def run_asyncio(url: str, schema: str, bootstrap: str, topic: str, *, conc
                   f"p50 {ours['p50_ms'] / theirs['p50_ms']:.2f}")
     print(json.dumps({"bench": "dual-write-asyncio", "gc_freeze": gc_freeze, **results}))
     return results
+
+
+async def run_pool(url: str, schema: str, bootstrap: str, tasks: int, *, report: Any,
+                   dual_write: Callable[[AsyncDualWriterPool], AsyncTransaction]) -> None:
+    """The same dual write through an AsyncDualWriterPool of ``tasks`` leased writers, ``tasks`` requests at once."""
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    engine = create_async_engine(url, pool_size=tasks + 1, max_overflow=1,  # the writers, and the keeper's
+                                 connect_args={"server_settings": {"search_path": schema}})
+    async with AsyncDualWriterPool(engine, {"bootstrap.servers": bootstrap,
+                                            "transactional.id": f"adp-{uuid.uuid4().hex[:6]}"},
+                                   size=tasks, min_size=tasks) as pool:
+        await report(f"AsyncDualWriterPool (size {tasks})", tasks, [dual_write(pool)] * tasks)
+    await engine.dispose()
