@@ -178,3 +178,30 @@ def test_the_pool_refuses_another_event_loop_before_it_touches_a_connection(flee
 
     asyncio.run(scenario())
     assert fleet.db_ids() == fleet.kafka_ids() == [1, 3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("fleet", ["engine-asyncpg"], indirect=True)
+def test_an_application_commit_inside_the_block_then_a_lost_connection_is_never_retriable(fleet):
+    """helper-48's finding for the blocking pool, on SQLAlchemy's AsyncConnection: the application commits inside
+    the block, then the connection is lost. The rows stay committed without their event, so the request must not be
+    told "retry" (DatabaseConnectionLostError): a retry would write the order twice. SQLAlchemy knows in memory
+    that the writer's transaction ended: DualWriteUsageError."""
+    from kafka2pc.dualwrite import DualWriteUsageError  # noqa: PLC0415
+
+    async def scenario() -> BaseException:
+        async with fleet.pool(size=1) as pool:
+            with pytest.raises(Exception) as raised:
+                async with pool.transaction() as tx:
+                    backend = (await tx.connection.exec_driver_sql("SELECT pg_backend_pid()")).scalar()
+                    await insert(tx, 1)
+                    tx.produce("t", value=b"1", key=b"1", partition=0)
+                    await tx.connection.commit()  # the misuse: the order is committed here, without its event
+                    with psycopg.connect(fleet.dsn, autocommit=True) as admin:
+                        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+            return raised.value
+
+    error = asyncio.run(scenario())
+    print(f"\n{type(error).__name__}: {error!s:.160}")
+    assert not isinstance(error, RetriableError), repr(error)
+    assert isinstance(error, DualWriteUsageError), repr(error)
+    assert fleet.db_ids() == [1] and fleet.kafka_ids() == []  # the split the misuse made, reported as such

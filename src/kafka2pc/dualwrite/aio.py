@@ -279,4 +279,6 @@ def async_database(connection: Any, kafka: ThreadPoolExecutor | None) -> tuple[D
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
         return DbapiConnection(connection), AsyncEdge(connection, kafka)
-    return SqlAlchemyAsyncFacts(connection), SqlAlchemyAsyncEdge(connection, kafka)
+    facts, edge = SqlAlchemyAsyncFacts(connection), SqlAlchemyAsyncEdge(connection, kafka)
+    edge.facts = facts
+    return facts, edge

@@ -41,6 +41,8 @@ class SqlAlchemyAsyncFacts(DbapiConnection):
             raise ConfigError("connection", f"is SQLAlchemy on {name!r}: AsyncDualWriter works on PostgreSQL "
                                             "(asyncpg, psycopg)")
         self._paramstyle = str(connection.dialect.paramstyle)
+        #: the transaction the writer began (SQLAlchemy's, under the AsyncConnection), while it is open
+        self.began: Any = None
 
     @property
     def dbapi(self) -> Any:
@@ -56,13 +58,21 @@ class SqlAlchemyAsyncFacts(DbapiConnection):
     def in_transaction(self) -> bool:
         return bool(self.given.in_transaction())
 
+    def ended_inside(self) -> bool:
+        """SQLAlchemy's current transaction is no longer the one the writer began (the application's commit or
+        rollback inside the block): known in memory, whatever became of the connection since."""
+        return self.began is not None and self.given.sync_connection.get_transaction() is not self.began
+
     def check_not_autocommit(self) -> None:
         if self.given.sync_connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
             raise ConfigError("connection", "uses isolation_level='AUTOCOMMIT': a dual write needs transactions")
 
 
 class SqlAlchemyAsyncEdge(AsyncEdge):
-    """The asyncio edge, its database half on SQLAlchemy's AsyncConnection."""
+    """The asyncio edge, its database half on SQLAlchemy's AsyncConnection (``facts`` told which transaction the
+    writer began)."""
+
+    facts: SqlAlchemyAsyncFacts | None = None
 
     async def statement(self, action: Sql) -> Any:
         """A statement, cancelled in the client as the driver does it (SQLAlchemy has no server-side cancel of its
@@ -89,7 +99,11 @@ class SqlAlchemyAsyncEdge(AsyncEdge):
         if isinstance(action, Begin):
             if not connection.in_transaction():
                 await connection.begin()
+            if self.facts is not None:
+                self.facts.began = connection.sync_connection.get_transaction()
             return None
+        if isinstance(action, Commit | Rollback) and self.facts is not None:
+            self.facts.began = None
         if isinstance(action, Commit):
             return await connection.commit()
         if isinstance(action, Rollback):
