@@ -55,16 +55,11 @@ class AsyncPoolWriters:
         made = self._connect()
         return await made if inspect.isawaitable(made) else made
 
-    def statements(self, connection: Any) -> LeaseStatements:
-        """The lease statements on ``connection``'s state table."""
-        facts, _ = async_database(connection, None)
-        table = StateTable(facts, self._options["state_table"], create=self._options["create_state_table"])
-        return LeaseStatements(table, self.prefix, lease_s=self.lease_s)
-
     async def run(self, connection: Any, steps: Callable[[LeaseStatements], Steps[T]]) -> T:
-        """Lease steps on ``connection``."""
-        statements = self.statements(connection)
-        return await run_async(async_database(connection, None)[1], steps(statements))
+        """Lease steps on ``connection``'s state table."""
+        facts, edge = async_database(connection, None)
+        table = StateTable(facts, self._options["state_table"], create=self._options["create_state_table"])
+        return await run_async(edge, steps(LeaseStatements(table, self.prefix, lease_s=self.lease_s)))
 
     async def lend(self) -> AsyncDualWriter:
         """A free writer, or one on a newly leased id, waiting up to ``acquire_timeout_s``."""
@@ -84,12 +79,11 @@ class AsyncPoolWriters:
             writer = None
             try:
                 writer = await self.grow()
-            finally:
-                self._slots.growing -= 1  # at once: a cancel while waiting for the lock must not keep the slot
+            finally:  # at once, not under the lock: a cancel while waiting for it must not keep the slot
+                self._slots.growth_ended(writer, time.monotonic())
                 if writer is None:
                     self._wake()  # the slot is free for a waiting request
             if writer is not None:
-                self._slots.open_since[writer.transactional_id] = time.monotonic()
                 return writer
             if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
                 raise self._slots.fleet_full()

@@ -76,11 +76,9 @@ class PoolWriters:
                 writer = self.grow()
             finally:
                 with self._cv:
-                    self._slots.growing -= 1
+                    self._slots.growth_ended(writer, time.monotonic())
                     self._cv.notify()
             if writer is not None:
-                with self._cv:
-                    self._slots.open_since[writer.transactional_id] = time.monotonic()
                 return writer
             if time.monotonic() >= deadline:  # the fleet holds max_ids ids: wait for one of ours, or one freed
                 raise self._slots.fleet_full()
@@ -303,9 +301,9 @@ def check_shareable(connection: Any) -> None:
 def close_connection(connection: Any) -> None:
     """Close a pool's connection (an Engine's goes back to it: on MariaDB its session's idle limits reset first)."""
     with contextlib.suppress(Exception):
-        table = StateTable(adapt(connection), "kafka2pc_dual_write_state", create=False)
-        if table.mysql:
-            blocking.run(table.unlimit_idle(), table.connection)
+        db = adapt(connection)
+        if db.mysql:  # only MariaDB's limits are set for the session (PostgreSQL's for each transaction)
+            blocking.run(StateTable(db, "kafka2pc_dual_write_state", create=False).unlimit_idle(), db)
     with contextlib.suppress(Exception):
         connection.close()
 

@@ -80,6 +80,13 @@ class WriterSlots(Generic[W]):
             return Wait.GROW
         return Wait.WAIT
 
+    def growth_ended(self, writer: W | None, now: float) -> None:
+        """A request's lease of a new id (its reserved growth slot) ended: the slot is free again, and the writer it
+        made, if any, is lent to that request from ``now``."""
+        self.growing -= 1
+        if writer is not None:
+            self.open_since[writer.transactional_id] = now
+
     def busy(self) -> PoolTimeoutError:
         """The error of a request that waited its acquire timeout for a writer."""
         return PoolTimeoutError(f"pool {self.prefix!r}: no free dual writer within {self.acquire_timeout_s:g} s: "
@@ -115,10 +122,11 @@ class WriterSlots(Generic[W]):
     def take_idle(self, transactional_id: str, token: str | None = None) -> W | None:
         """The idle writer of that id (of the lease ``token``, if given), taken out of the idle list (None if it is
         not idle now)."""
+        lease = self.leases.get(transactional_id)
+        if token is not None and (lease is None or lease.token != token):
+            return None  # the lease was given up or claimed again meanwhile: its writer is not the one lost
         for writer in self.idle:
-            lease = self.leases.get(transactional_id)
-            if writer.transactional_id == transactional_id and (
-                    token is None or (lease is not None and lease.token == token)):
+            if writer.transactional_id == transactional_id:
                 self.idle.remove(writer)
                 self.idle_since.pop(transactional_id, None)
                 return writer
