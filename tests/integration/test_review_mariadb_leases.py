@@ -20,7 +20,8 @@ from kafka2pc.dualwrite import blocking
 from kafka2pc.dualwrite.actions import Commit
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import Lease, LeaseTable
-from kafka2pc.dualwrite.state_table import StateTable
+from kafka2pc.dualwrite.state_table import StateTable, fleet_index_ddl, state_table_ddl
+from kafka2pc.errors import ConfigError
 from tests.model.test_dual_write_pool import Cluster
 
 pymysql = pytest.importorskip("pymysql")
@@ -128,9 +129,6 @@ def test_a_process_frozen_after_a_new_id_claim_does_not_stop_the_fleets_growth(u
     assert grown is not None and grown.transactional_id == "shop-1"
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed: on MariaDB the claim's ORDER BY fleet_index has no index, so "
-                                       "InnoDB locks every free row it sorts; an index on (fleet, fleet_index) "
-                                       "would let it lock one (docs/dual-write.md, DualWriterPool on MariaDB)")
 def test_a_claim_in_progress_does_not_hide_every_free_id(url: str) -> None:
     """``SELECT ... ORDER BY fleet_index LIMIT 1 FOR UPDATE SKIP LOCKED``: fleet_index has no index, so InnoDB
     reads, locks and sorts every free row before the LIMIT (PostgreSQL locks only the row returned). While one
@@ -149,6 +147,20 @@ def test_a_claim_in_progress_does_not_hide_every_free_id(url: str) -> None:
         commit()
     assert second is not None, "a concurrent claim got None, with shop-1 and shop-2 free"
     assert second.transactional_id == "shop-1"
+
+
+def test_a_table_made_ahead_without_the_fleet_index_names_its_ddl(url: str) -> None:
+    """A DBA's table (state_table_ddl) and create_state_table=False: the pool refuses to lease without the claims'
+    index, naming the statement, and leases once it is there."""
+    connection = adapt(mariadb.connect(url))
+    connection.cursor().execute(state_table_ddl(TABLE))
+    table = StateTable(connection, TABLE, create=False)
+    with pytest.raises(ConfigError, match=f"CREATE INDEX kafka2pc_fleet ON {TABLE} \\(fleet, fleet_index\\)"):
+        blocking.run(table.ensure_leasing(), connection)
+    connection.cursor().execute(fleet_index_ddl(TABLE))  # the migration
+    blocking.run(table.ensure_leasing(), connection)
+    lease = LeaseTable(table, "shop", lease_s=30).claim("t", "dba", 30, max_ids=1)
+    assert lease is not None and lease.transactional_id == "shop-0"
 
 
 def test_two_fleets_whose_prefixes_differ_in_case_never_share_ids(url: str) -> None:
