@@ -8,13 +8,15 @@ PYTEST_ARGS ?=
 
 .PHONY: setup jars s3a-jars postgres mariadb lint docs test test-archives test-object-stores demo bench bench-spark bench-dual-write bench-fleet-sim bench-recovery profile-dual-write chaos soak clean
 
+# --no-cache-dir: the wheels (pyspark alone is ~490 MB installed) are not kept a second time in pip's cache (~440 MB
+# here); a CI run once ran out of disk in this step.
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafka2pc needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@command -v java >/dev/null || { echo "java not found: install Java 17+ (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]' -e ./harness
+	$(VENV)/bin/pip install --quiet --no-cache-dir --upgrade pip
+	$(VENV)/bin/pip install --quiet --no-cache-dir -e '.[dev]' -e ./harness
 	touch $@
 
 setup: $(VENV)/.installed
