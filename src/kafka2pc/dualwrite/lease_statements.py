@@ -161,6 +161,7 @@ class LeaseStatements:
             return lease
 
         try:
+            yield from self.table.ensure_fleet_index()
             return (yield from self._transaction(body, write=True))
         except Exception:
             if named_lock:

@@ -151,6 +151,7 @@ class StateTable:
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
         self._table_checked = False
+        self._fleet_indexed = False
         #: whether the table has the lease columns (a table made before them works unleased)
         self.leasing = False
         self.sqlite, self.mysql = connection.sqlite, connection.mysql
@@ -192,12 +193,6 @@ class StateTable:
             for name, statement in additions:
                 yield from self._run_ddl([statement], done=functools.partial(self._has_column, name))
             missing = []
-        if leases and self.mysql and not (yield from self._has_fleet_index()):
-            if not self.create:
-                raise ConfigError("state_table", f"{self.table!r} lacks the index DualWriterPool's claims read on "
-                                                 f"MariaDB and create_state_table=False: add it first with\n"
-                                                 f"{fleet_index_ddl(self.table)};")
-            yield from self._run_ddl([fleet_index_ddl(self.table)], done=self._has_fleet_index)
         self.leasing = not missing
         self._table_checked = True
 
@@ -221,6 +216,20 @@ class StateTable:
                 if attempt == _DDL_ATTEMPTS - 1:
                     raise
                 yield Sleep(0.2 * 2 ** attempt)
+
+    def ensure_fleet_index(self) -> Steps[None]:
+        """MariaDB: make sure :data:`FLEET_INDEX` exists (making it when allowed), before a claim reads by it. Runs
+        only with no transaction open."""
+        if self._fleet_indexed or not self.mysql:
+            return
+        yield from self._ensure_table(leases=True)
+        if not (yield from self._has_fleet_index()):
+            if not self.create:
+                raise ConfigError("state_table", f"{self.table!r} lacks the index DualWriterPool's claims read on "
+                                                 f"MariaDB and create_state_table=False: add it first with\n"
+                                                 f"{fleet_index_ddl(self.table)};")
+            yield from self._run_ddl([fleet_index_ddl(self.table)], done=self._has_fleet_index)
+        self._fleet_indexed = True
 
     def _has_fleet_index(self) -> Steps[bool]:
         yield Begin()
