@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 import attrs
 
 from kafka2pc.dualwrite.actions import Begin, Commit, Fetch, Rollback, Sql, Steps
-from kafka2pc.dualwrite.state_table import FLEET_INDEX, StateTable
+from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import ConfigError, PoolTimeoutError
 
 T = TypeVar("T")
+#: MariaDB: the free ids a claim tries, lowest first, before it makes a new one (all held by concurrent claims)
+_CANDIDATES = 32
 #: how many times a claim reads the highest id again when concurrent claims insert the next one first
 _INSERT_ATTEMPTS = 64
 
@@ -66,7 +68,6 @@ class LeaseStatements:
         self.table, self.prefix, self.lease_s = table, prefix, lease_s
         # the ids of a fleet are a primary-key range: '<prefix>-' <= id < '<prefix>.' ('.' follows '-')
         self._range = (f"{prefix}-", f"{prefix}.")
-        self._fleet_args = (*self._range, prefix, *((prefix,) if table.mysql else ()))
         self._name = re.compile(re.escape(prefix) + r"-(0|[1-9][0-9]{0,8})")
 
     def _transaction(self, body: Callable[[], Steps[T]], *, write: bool) -> Steps[T]:
@@ -93,11 +94,9 @@ class LeaseStatements:
             raise
 
     def _in_fleet(self, extra: str = "") -> str:
-        """The fleet's rows, with ``self._fleet_args``."""
         # MariaDB compares the columns case-insensitively (the default collation): the fleet's name byte for byte
-        # too, after the plain comparison that the (fleet, fleet_index) index serves
-        fleet = "fleet = ? AND BINARY fleet = ?" if self.table.mysql else "fleet = ?"
-        return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND {fleet}{extra}")
+        fleet = "BINARY fleet" if self.table.mysql else "fleet"
+        return self.table.sql(f"transactional_id >= ? AND transactional_id < ? AND {fleet} = ?{extra}")
 
     def adopt(self) -> Steps[int]:
         """Make ids named ``<prefix>-<n>`` that no pool leased yet (rows of a release before leases, or of a pool
@@ -129,17 +128,10 @@ class LeaseStatements:
         when none is and the fleet has fewer than ``max_ids``; None when there is nothing to lease."""
         table, now = self.table.table, self.table.now
         free = "" if expired_only else "lease_expires IS NULL OR "
-        lock = "" if self.table.sqlite else " FOR UPDATE SKIP LOCKED"
-        # MariaDB locks every row it reads before the LIMIT: read them in fleet_index order off the index, or a
-        # sort would lock all the free ids and a concurrent claim would skip them all
-        ordered = f" FORCE INDEX ({FLEET_INDEX})" if self.table.mysql else ""
-
         named_lock: list[str] = []  # MariaDB: the fleet's new-id lock, held by the session until released
 
         def body() -> Steps[Lease | None]:
-            row = yield Sql(self._in_fleet(f" AND problem IS NULL AND ({free}lease_expires <= {now})").join(
-                (f"SELECT transactional_id, fleet_index, holder, {now} - lease_expires FROM {table}{ordered} WHERE ",
-                 f" ORDER BY fleet_index LIMIT 1{lock}")), self._fleet_args, Fetch.ONE)
+            row = yield from self._lock_first(f" AND problem IS NULL AND ({free}lease_expires <= {now})")
             lease: Lease | None
             if row is not None:
                 transactional_id, index, previous, expired_s = row
@@ -161,13 +153,34 @@ class LeaseStatements:
             return lease
 
         try:
-            yield from self.table.ensure_fleet_index()
             return (yield from self._transaction(body, write=True))
         except Exception:
             if named_lock:
                 with contextlib.suppress(Exception):
                     yield self._release_named_lock(named_lock.pop())
             raise
+
+    def _lock_first(self, wanted: str) -> Steps[Any]:
+        """The fleet's lowest-numbered row meeting ``wanted`` that no other transaction holds, locked: its id, index,
+        holder and seconds since its lease expired (None if never leased); None when there is none."""
+        table, now = self.table.table, self.table.now
+        columns = f"SELECT transactional_id, fleet_index, holder, {now} - lease_expires FROM {table} WHERE "
+        if not self.table.mysql:  # PostgreSQL locks only the row it returns; SQLite's write lock is the table's
+            lock = "" if self.table.sqlite else " FOR UPDATE SKIP LOCKED"
+            return (yield Sql(self._in_fleet(wanted).join((columns, f" ORDER BY fleet_index LIMIT 1{lock}")),
+                              (*self._range, self.prefix), Fetch.ONE))
+        # InnoDB keeps the lock on every row a locking read sorts, or rejects inside an index: a sorted SKIP LOCKED
+        # read hid every free id from a concurrent claim. So the candidates come from a read that locks nothing, and
+        # each is locked by its key alone (READ COMMITTED frees a row the condition, checked again, rejects)
+        candidates = yield Sql(self._in_fleet(wanted).join((f"SELECT transactional_id FROM {table} WHERE ",
+                                                            f" ORDER BY fleet_index LIMIT {_CANDIDATES}")),
+                               (*self._range, self.prefix), Fetch.ALL)
+        for (candidate,) in candidates:
+            row = yield Sql(self.table.sql(f"{columns}transactional_id = ? AND BINARY fleet = ?{wanted} "
+                                           "FOR UPDATE SKIP LOCKED"), (candidate, self.prefix), Fetch.ONE)
+            if row is not None:
+                return row
+        return None
 
     def _release_named_lock(self, name: str) -> Sql:
         return Sql(self.table.sql("SELECT RELEASE_LOCK(?)"), (name,), Fetch.ONE)
@@ -190,7 +203,7 @@ class LeaseStatements:
         tried = -1
         for _ in range(_INSERT_ATTEMPTS):
             row = yield Sql(self.table.sql(f"SELECT MAX(fleet_index) FROM {table} WHERE ") + self._in_fleet(),
-                            self._fleet_args, Fetch.ONE)
+                            (*self._range, self.prefix), Fetch.ONE)
             # past a number already tried: its name may be another row's that is not the fleet's (on MariaDB a
             # prefix differing only in case, which the case-insensitive key takes for the same id)
             index = max(0 if row[0] is None else int(row[0]) + 1, tried + 1)
@@ -292,7 +305,7 @@ class LeaseStatements:
         def body() -> Steps[list[tuple[str, float]]]:
             rows = yield Sql(self._in_fleet(f" AND problem IS NULL AND lease_expires <= {now}").join(
                 (f"SELECT transactional_id, {now} - lease_expires FROM {self.table.table} WHERE ",
-                 " ORDER BY lease_expires")), self._fleet_args, Fetch.ALL)
+                 " ORDER BY lease_expires")), (*self._range, self.prefix), Fetch.ALL)
             return [(row[0], float(row[1])) for row in rows]
 
         return (yield from self._transaction(body, write=False))
@@ -305,7 +318,7 @@ class LeaseStatements:
             rows = yield Sql(self._in_fleet().join(
                 (f"SELECT transactional_id, holder, {now} - heartbeat_at, lease_expires - {now}, prepared_state, "
                  f"completed, problem FROM {self.table.table} WHERE ", " ORDER BY fleet_index")),
-                self._fleet_args, Fetch.ALL)
+                (*self._range, self.prefix), Fetch.ALL)
             return [FleetRow(row[0], row[1], _seconds(row[2]), _seconds(row[3]), row[4], bool(row[5]), row[6])
                     for row in rows]
 

@@ -48,16 +48,6 @@ LEASE_COLUMNS = (("lease_owner", "VARCHAR(64)"), ("lease_expires", "DOUBLE PRECI
                  ("fleet_index", "INTEGER"), ("problem", "VARCHAR(1000)"))
 
 
-#: MariaDB: the index a claim reads a fleet's ids by, in order (InnoDB locks each row a locking read reads: without
-#: it a claim sorts, and locks, every free id)
-FLEET_INDEX = "kafka2pc_fleet"
-
-
-def fleet_index_ddl(table: str) -> str:
-    """MariaDB: the statement that makes :data:`FLEET_INDEX` (pools make it when allowed to create the table)."""
-    return f"CREATE INDEX {FLEET_INDEX} ON {_checked(table)} (fleet, fleet_index)"
-
-
 def _checked(table: str) -> str:
     if not _TABLE_NAME.fullmatch(table):
         raise ConfigError("state_table", f"{table!r} is not a plain SQL identifier")
@@ -151,7 +141,6 @@ class StateTable:
         #: create the table on first use if it is missing (else only check that it exists)
         self.create = create
         self._table_checked = False
-        self._fleet_indexed = False
         #: whether the table has the lease columns (a table made before them works unleased)
         self.leasing = False
         self.sqlite, self.mysql = connection.sqlite, connection.mysql
@@ -216,30 +205,6 @@ class StateTable:
                 if attempt == _DDL_ATTEMPTS - 1:
                     raise
                 yield Sleep(0.2 * 2 ** attempt)
-
-    def ensure_fleet_index(self) -> Steps[None]:
-        """MariaDB: make sure :data:`FLEET_INDEX` exists (making it when allowed), before a claim reads by it. Runs
-        only with no transaction open."""
-        if self._fleet_indexed or not self.mysql:
-            return
-        yield from self._ensure_table(leases=True)
-        if not (yield from self._has_fleet_index()):
-            if not self.create:
-                raise ConfigError("state_table", f"{self.table!r} lacks the index DualWriterPool's claims read on "
-                                                 f"MariaDB and create_state_table=False: add it first with\n"
-                                                 f"{fleet_index_ddl(self.table)};")
-            yield from self._run_ddl([fleet_index_ddl(self.table)], done=self._has_fleet_index)
-        self._fleet_indexed = True
-
-    def _has_fleet_index(self) -> Steps[bool]:
-        yield Begin()
-        try:
-            row = yield Sql(self.sql("SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = "
-                                     "DATABASE() AND table_name = ? AND index_name = ?"), (self.table, FLEET_INDEX),
-                            Fetch.ONE)
-            return bool(row and row[0])
-        finally:
-            yield Rollback()
 
     def _has_column(self, name: str) -> Steps[bool]:
         return name in (yield from self._column_names())
