@@ -2,22 +2,23 @@ import pytest
 
 pytest_plugins = ["kafka2pc.testing.pytest_plugin", "kafka2pc_harness.pytest_plugin", "pytester"]
 
-#: Seconds each of the default suite's longest files takes (the files over ~8 s; from a ``--durations=0`` run). They
-#: are dealt out so that every xdist worker starts with its share of them.
+#: Seconds each of the default suite's longest files takes (the files over ~8 s; from a ``--durations=0`` run of
+#: b20194c). They are dealt out so that every xdist worker starts with its share of them.
 LONG_FILES = {
-    "test_spark_foreach_batch.py": 90, "test_dual_write.py": 133, "test_storage_outages.py": 79,
-    "test_spark_harness.py": 35, "test_faults.py": 96, "test_spark_cluster_sink.py": 88,
-    "test_spark_batch_kills.py": 133, "test_spark_sink.py": 124, "test_spark_kills.py": 74,
-    "test_cluster_failover.py": 73, "test_dual_write_fleet.py": 69, "test_secrets.py": 34,
-    "test_producer_timeouts.py": 51, "test_sink_recovery.py": 45, "test_spark_connect.py": 44,
-    "test_model_based.py": 43, "test_remote_checkpoints.py": 40, "test_broker_gains_2pc.py": 33,
-    "test_producer.py": 31, "test_secured_kafka.py": 29, "test_dual_write_keeper.py": 28,
-    "test_cluster_node_return.py": 25, "test_doctor.py": 21, "test_fault_proxy.py": 20,
-    "test_dual_write_zombies.py": 17, "test_dual_write_leases.py": 11,
-    "test_wheel.py": 11, "test_s3_conditional_answers.py": 11, "test_sink_reproduced.py": 10, "test_cli_audit.py": 10,
-    "test_cli_txns.py": 10, "test_dual_write_connections.py": 9, "test_fleet_frameworks.py": 9, "test_cli_fleet.py": 9,
-    "test_topic_and_acl_changes.py": 36, "test_transaction_version_upgrade.py": 27, "test_rolling_restart.py": 102,
-    "test_operator_metrics.py": 8,
+    "test_dual_write.py": 131, "test_faults.py": 111, "test_spark_sink.py": 92, "test_spark_batch_kills.py": 79,
+    "test_rolling_restart.py": 74, "test_spark_kills.py": 64, "test_cluster_failover.py": 61,
+    "test_dual_write_keeper.py": 55, "test_spark_cluster_sink.py": 54, "test_producer_timeouts.py": 49,
+    "test_remote_checkpoints.py": 44, "test_spark_connect.py": 43, "test_spark_foreach_batch.py": 40,
+    "test_dual_write_mariadb.py": 38, "test_storage_outages.py": 37, "test_spark_harness.py": 36,
+    "test_fault_proxy.py": 34, "test_sink_recovery.py": 33, "test_dual_write_fleet.py": 31,
+    "test_fleet_frameworks.py": 29, "test_broker_gains_2pc.py": 29, "test_transaction_version_upgrade.py": 26,
+    "test_wheel.py": 25, "test_secrets.py": 25, "test_model_based.py": 24, "test_cli_txns.py": 21,
+    "test_dual_write_connections.py": 21, "test_topic_and_acl_changes.py": 20, "test_secured_kafka.py": 19,
+    "test_dual_write_zombies.py": 16, "test_cli_fleet.py": 16, "test_review_mariadb_leases.py": 15,
+    "test_doctor.py": 15, "test_dual_write_leases.py": 14, "test_dual_write_django.py": 13,
+    "test_cluster_node_return.py": 12, "test_producer.py": 12, "test_s3_conditional_answers.py": 10,
+    "test_dual_write_async.py": 9, "test_sink_reproduced.py": 8, "test_cli_audit.py": 8,
+    "test_review_mariadb_claims.py": 8,
 }
 
 
