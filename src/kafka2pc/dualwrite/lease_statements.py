@@ -15,8 +15,11 @@ from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.errors import ConfigError, PoolTimeoutError
 
 T = TypeVar("T")
-#: MariaDB: the free ids a claim tries, lowest first, before it makes a new one (all held by concurrent claims)
+#: MariaDB: the free or expired ids a claim reads at a time (lowest first), to lock one of
 _CANDIDATES = 32
+#: MariaDB: the name of a fleet's new-id lock, from its table and prefix: GET_LOCK's names are the server's (every
+#: database's) and at most 64 characters
+_MARIADB_LOCK_NAME = "CONCAT('kafka2pc-fleet:', SHA1(CONCAT(IFNULL(DATABASE(), ''), ':', ?)))"
 #: how many times a claim reads the highest id again when concurrent claims insert the next one first
 _INSERT_ATTEMPTS = 64
 
@@ -141,7 +144,9 @@ class LeaseStatements:
                 return None
             else:
                 lease = yield from self._insert_new(token, max_ids, named_lock)
-                if lease is None:
+                if lease is None:  # the fleet is full: the new-id lock goes now, not with the session
+                    if named_lock:
+                        yield self._release_named_lock(named_lock.pop())
                     return None
             yield Sql(self.table.sql(f"UPDATE {table} SET lease_owner = ?, lease_expires = {now} + ?, "
                                      f"heartbeat_at = {now}, holder = ? WHERE transactional_id = ?"),
@@ -172,18 +177,25 @@ class LeaseStatements:
         # InnoDB keeps the lock on every row a locking read sorts, or rejects inside an index: a sorted SKIP LOCKED
         # read hid every free id from a concurrent claim. So the candidates come from a read that locks nothing, and
         # each is locked by its key alone (READ COMMITTED frees a row the condition, checked again, rejects)
-        candidates = yield Sql(self._in_fleet(wanted).join((f"SELECT transactional_id FROM {table} WHERE ",
-                                                            f" ORDER BY fleet_index LIMIT {_CANDIDATES}")),
-                               (*self._range, self.prefix), Fetch.ALL)
-        for (candidate,) in candidates:
-            row = yield Sql(self.table.sql(f"{columns}transactional_id = ? AND BINARY fleet = ?{wanted} "
-                                           "FOR UPDATE SKIP LOCKED"), (candidate, self.prefix), Fetch.ONE)
-            if row is not None:
-                return row
-        return None
+        # A one-key range, not `transactional_id = ?`: InnoDB keeps the lock of a row an equality lookup read and
+        # the condition rejected (a candidate another claim leased meanwhile), and releases it after a range read.
+        lock_one = Sql(self.table.sql(f"{columns}transactional_id >= ? AND transactional_id <= ? AND "
+                                      f"BINARY fleet = ?{wanted} FOR UPDATE SKIP LOCKED"), None, Fetch.ONE)
+        after = -1
+        while True:  # a page of candidates at a time, until one is locked or the fleet's rows are read
+            page = yield Sql(self._in_fleet(f"{wanted} AND fleet_index > ?").join(
+                (f"SELECT transactional_id, fleet_index FROM {table} WHERE ",
+                 f" ORDER BY fleet_index LIMIT {_CANDIDATES}")), (*self._range, self.prefix, after), Fetch.ALL)
+            for candidate, _ in page:
+                row = yield attrs.evolve(lock_one, params=(candidate, candidate, self.prefix))
+                if row is not None:
+                    return row
+            if len(page) < _CANDIDATES:
+                return None
+            after = int(page[-1][1])
 
     def _release_named_lock(self, name: str) -> Sql:
-        return Sql(self.table.sql("SELECT RELEASE_LOCK(?)"), (name,), Fetch.ONE)
+        return Sql(self.table.sql(f"SELECT RELEASE_LOCK({_MARIADB_LOCK_NAME})"), (name,), Fetch.ONE)
 
     def _insert_new(self, token: str, max_ids: int | None, named_lock: list[str]) -> Steps[Lease | None]:
         """Insert the fleet's next id (the one after its highest number), below ``max_ids``; a number a concurrent
@@ -192,12 +204,13 @@ class LeaseStatements:
         # new ids one claim at a time (SQLite's write lock does the same): concurrent inserts of one key deadlock
         # on InnoDB (its duplicate-key locks), and race elsewhere
         name = f"kafka2pc-fleet:{table}:{self.prefix}"
-        if self.table.mysql:  # a named lock of the session, released after the claim's commit (64 characters)
-            acquired = yield Sql(self.table.sql("SELECT GET_LOCK(?, ?)"), (name[:64], int(self.lease_s)), Fetch.ONE)
+        if self.table.mysql:  # a named lock of the session (the server's: named after the database too)
+            acquired = yield Sql(self.table.sql(f"SELECT GET_LOCK({_MARIADB_LOCK_NAME}, ?)"),
+                                 (name, int(self.lease_s)), Fetch.ONE)
             if not acquired or acquired[0] != 1:
                 raise PoolTimeoutError(f"fleet {self.prefix!r}: another process held the new-id lock for "
                                        f"{int(self.lease_s)} s; retry")
-            named_lock.append(name[:64])
+            named_lock.append(name)
         elif not self.table.sqlite:
             yield Sql(self.table.sql("SELECT pg_advisory_xact_lock(hashtext(?))"), (name,), Fetch.ONE)
         tried = -1
@@ -210,19 +223,27 @@ class LeaseStatements:
             tried = index
             if max_ids is not None and index >= max_ids:
                 return None
-            ignore, on_conflict = ("IGNORE ", "") if self.table.mysql else \
-                ("", " ON CONFLICT (transactional_id) DO NOTHING")
-            inserted = yield Sql(self.table.sql(f"INSERT {ignore}INTO {table} (transactional_id, fleet, fleet_index) "
-                                                f"VALUES (?, ?, ?){on_conflict}"),
-                                 (f"{self.prefix}-{index}", self.prefix, index), Fetch.ROWCOUNT)
+            name = f"{self.prefix}-{index}"
+            owner_of = Sql(self.table.sql(f"SELECT fleet FROM {table} WHERE transactional_id = ?"), (name,), Fetch.ONE)
+            owner = None
+            if self.table.mysql:
+                # a plain read before the insert: InnoDB's duplicate-key check would lock an existing row (another
+                # fleet's, whose name differs only in case) until this claim commits, and its writer would wait
+                owner = yield owner_of
+                inserted = 0 if owner is not None else (yield Sql(self.table.sql(
+                    f"INSERT IGNORE INTO {table} (transactional_id, fleet, fleet_index) VALUES (?, ?, ?)"),
+                    (name, self.prefix, index), Fetch.ROWCOUNT))
+            else:
+                inserted = yield Sql(self.table.sql(f"INSERT INTO {table} (transactional_id, fleet, fleet_index) "
+                                                    "VALUES (?, ?, ?) ON CONFLICT (transactional_id) DO NOTHING"),
+                                     (name, self.prefix, index), Fetch.ROWCOUNT)
             if inserted == 1:
-                return Lease(f"{self.prefix}-{index}", index, token)
+                return Lease(name, index, token)
             # a concurrent claim inserted it (the fleet's: the next number), or a row of that name outside the
             # fleet (a writer of an earlier release, an operator's recover) has it: adopted, to be settled. A plain
             # read first: on MariaDB updating a row the fleet's new writer is about to lock would deadlock with it
-            name = f"{self.prefix}-{index}"
-            owner = yield Sql(self.table.sql(f"SELECT fleet FROM {table} WHERE transactional_id = ?"), (name,),
-                              Fetch.ONE)
+            if owner is None:
+                owner = yield owner_of
             if owner is not None and owner[0] is None:
                 yield self._adopt_row(name, index)
         raise PoolTimeoutError(f"fleet {self.prefix!r}: {_INSERT_ATTEMPTS} concurrent claims inserted the next id "
