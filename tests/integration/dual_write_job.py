@@ -85,13 +85,33 @@ def connect(db: str):
 
 async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill_at: int, mode: str) -> None:
     """The same order service on AsyncDualWriter: the same kills, at the same points. ``dsn``: a libpq string
-    (psycopg's AsyncConnection), or ``postgresql+asyncpg://...#schema`` (SQLAlchemy's AsyncConnection)."""
+    (psycopg's AsyncConnection), ``postgresql+asyncpg://...#schema`` (SQLAlchemy's AsyncConnection) or
+    ``asyncpg:postgresql://...#schema`` (a bare asyncpg connection)."""
     import psycopg  # noqa: PLC0415
 
     class KillingAsyncPostgres(KillingAsync, psycopg.AsyncConnection):
         pass
 
-    if dsn.startswith("postgresql+"):  # SQLAlchemy's AsyncConnection (asyncpg), subclassed the same way
+    if dsn.startswith("asyncpg:"):  # a bare asyncpg connection: its transaction's COMMIT is an execute()
+        import asyncpg  # noqa: PLC0415
+
+        class KillingAsyncpg(asyncpg.Connection):  # type: ignore[misc]
+            arm: str | None = None
+
+            async def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+                committing = query.startswith("COMMIT")
+                if committing and self.arm == "b":
+                    die()
+                status = await super().execute(query, *args, **kwargs)
+                if committing and self.arm == "c":
+                    die()
+                return status
+
+        url, _, schema = dsn.removeprefix("asyncpg:").partition("#")
+        connection = await asyncpg.connect(url, server_settings={"search_path": schema},
+                                           connection_class=KillingAsyncpg)
+        insert = "INSERT INTO orders (id, amount) VALUES ($1, $2)"
+    elif dsn.startswith("postgresql+"):  # SQLAlchemy's AsyncConnection (asyncpg), subclassed the same way
         from sqlalchemy import text  # noqa: PLC0415
         from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine  # noqa: PLC0415
 
@@ -111,6 +131,8 @@ async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill
         async with writer.transaction() as tx:
             if insert is None:
                 await tx.connection.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order, order % 100))
+            elif isinstance(insert, str):
+                await tx.connection.execute(insert, order, order % 100)
             else:
                 await tx.connection.execute(insert, {"id": order, "amount": order % 100})
             tx.produce(topic, value=b'{"id": %d}' % order, key=str(order).encode())

@@ -179,11 +179,12 @@ def test_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(database,
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("driver", ["psycopg", pytest.param("sqlalchemy-asyncpg", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("driver", ["psycopg", pytest.param("sqlalchemy-asyncpg", marks=pytest.mark.slow),
+                                    pytest.param("asyncpg", marks=pytest.mark.slow)])
 def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(postgres_dsn, kafka, topic_factory,
                                                                              driver):
-    """AsyncDualWriter on psycopg's AsyncConnection, or SQLAlchemy's on asyncpg, SIGKILLed in each mode; each
-    successor (async too) recovers."""
+    """AsyncDualWriter on psycopg's AsyncConnection, SQLAlchemy's on asyncpg, or a bare asyncpg connection,
+    SIGKILLed in each mode; each successor (async too) recovers."""
     bootstrap, topic = kafka.bootstrap_servers, topic_factory(kafka, partitions=3)
     scoped, schema = schema_database(postgres_dsn)
     create_orders(scoped)
@@ -193,6 +194,8 @@ def test_async_writers_killed_in_every_failure_mode_leave_db_and_kafka_equal(pos
 
         parts = conninfo_to_dict(postgres_dsn)
         url = f"postgresql+asyncpg://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}#{schema}"
+        if driver == "asyncpg":
+            url = "asyncpg:" + url.replace("postgresql+asyncpg://", "postgresql://")
     database = Database(f"async:{url}", scoped.connect, "%s")
     transactional_id = f"orders-{uuid.uuid4().hex[:6]}"
     kills = kill_and_recover(database, bootstrap, topic, [mode for mode in "abcd" for _ in range(KILLS_PER_MODE)],

@@ -22,7 +22,7 @@ psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("psycopg.rows")
 sqlalchemy = pytest.importorskip("sqlalchemy")
 sqlalchemy_asyncio = pytest.importorskip("sqlalchemy.ext.asyncio")
-pytest.importorskip("asyncpg")
+asyncpg = pytest.importorskip("asyncpg")
 pytest.importorskip("greenlet")
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
@@ -50,6 +50,9 @@ class Setup:
         if self.kind == "psycopg":
             return await psycopg.AsyncConnection.connect(self.dsn, **options)
         schema = self.dsn.split("search_path=")[1][:-1]
+        if self.kind == "asyncpg":
+            return await asyncpg.connect(self.url.replace("postgresql+asyncpg", "postgresql"),
+                                         server_settings={"search_path": schema}, **options)
         engine = sqlalchemy_asyncio.create_async_engine(
             self.url, connect_args={"server_settings": {"search_path": schema}} if self.kind.endswith("asyncpg")
             else {"options": f"-c search_path={schema}"})
@@ -69,14 +72,18 @@ class Setup:
 
 
 async def insert(tx: Any, order_id: int) -> None:
-    """The application's row, in the block: psycopg's execute, or SQLAlchemy Core."""
-    if hasattr(tx.connection, "exec_driver_sql"):
+    """The application's row, in the block: psycopg's execute, asyncpg's, or SQLAlchemy Core."""
+    if hasattr(tx.connection, "fetchrow"):
+        await tx.connection.execute("INSERT INTO orders VALUES ($1)", order_id)
+    elif hasattr(tx.connection, "exec_driver_sql"):
         await tx.connection.execute(sqlalchemy.text("INSERT INTO orders VALUES (:id)"), {"id": order_id})
     else:
         await tx.connection.execute("INSERT INTO orders VALUES (%s)", (order_id,))
 
 
 def in_transaction(connection: Any) -> bool:
+    if hasattr(connection, "fetchrow"):
+        return bool(connection.is_in_transaction())
     if hasattr(connection, "exec_driver_sql"):
         return bool(connection.in_transaction())
     return connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
@@ -91,7 +98,8 @@ async def order(writer: AsyncDualWriter, order_id: int, during: Any = None) -> N
 
 
 #: SQLAlchemy's AsyncConnection over psycopg runs in make chaos (the default suite's 15 minutes)
-@pytest.fixture(params=["psycopg", "engine-asyncpg", pytest.param("connection-psycopg", marks=pytest.mark.slow)])
+@pytest.fixture(params=["psycopg", "engine-asyncpg", "asyncpg",
+                        pytest.param("connection-psycopg", marks=pytest.mark.slow)])
 def setup(postgres_dsn: str, request) -> Setup:
     return Setup(postgres_dsn, request.param)
 
@@ -118,13 +126,17 @@ def test_blocks_commit_both_or_roll_both_back(setup):
 
 def test_an_application_commit_inside_the_block_is_refused_or_a_usage_error(setup):
     """psycopg refuses the application's commit() inside the block before it commits (the block's savepoint is
-    psycopg's own transaction context): nothing split. Through SQLAlchemy the commit goes through and is caught when
-    the block ends: DualWriteUsageError, Kafka aborted, the row committed without its event."""
+    psycopg's own transaction context): nothing split. Through SQLAlchemy, or asyncpg's COMMIT, the commit goes
+    through and is caught when the block ends: DualWriteUsageError, Kafka aborted, the row committed without its
+    event."""
     async def scenario() -> None:
         writer = await setup.writer()
 
         async def commit_inside() -> None:
-            await writer.connection.commit()
+            if setup.kind == "asyncpg":  # asyncpg has no commit(): the SQL
+                await writer.connection.execute("COMMIT")
+            else:
+                await writer.connection.commit()
 
         refused = setup.kind == "psycopg"
         expected = (psycopg.ProgrammingError, "forbidden within a Transaction") if refused else \
@@ -375,7 +387,7 @@ def test_a_dict_row_factory_on_the_connection_is_fine(setup):
 def test_an_async_session_bound_to_the_block_is_in_the_dual_write(setup):
     """FastAPI's usual way: an AsyncSession on the block's connection, joining it with a savepoint; its commit()
     releases the savepoint, the block commits (or rolls back) both."""
-    if setup.kind == "psycopg":
+    if setup.kind in ("psycopg", "asyncpg"):
         pytest.skip("SQLAlchemy's")
 
     async def scenario() -> None:

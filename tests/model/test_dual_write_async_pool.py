@@ -25,6 +25,8 @@ class Fleet(Setup):
     def pool(self, size: int, **options: Any) -> AsyncDualWriterPool:
         if self.kind == "psycopg":
             connect: Any = functools.partial(psycopg.AsyncConnection.connect, self.dsn)
+        elif self.kind == "asyncpg":
+            connect = self.connect
         else:
             connect = self.engine()
         return AsyncDualWriterPool(connect, {"bootstrap.servers": "model:9092", "transactional.id": "shop",
@@ -61,7 +63,7 @@ async def order(pool: AsyncDualWriterPool, order_id: int, *, during: Any = None)
 
 
 # asyncpg in make chaos but for its own case (the suite's time budget; the uvicorn test runs the recipe on asyncpg)
-@pytest.fixture(params=["psycopg", pytest.param("engine-asyncpg", marks=pytest.mark.slow)])
+@pytest.fixture(params=["psycopg", "asyncpg", pytest.param("engine-asyncpg", marks=pytest.mark.slow)])
 def fleet(postgres_dsn: str, request) -> Fleet:
     return Fleet(postgres_dsn, request.param)
 
@@ -113,7 +115,7 @@ def test_a_dead_pools_unfinished_transaction_is_settled_by_a_live_pool(fleet):
     assert fleet.rows() == [("shop-0", False)]
 
 
-@pytest.mark.parametrize("fleet", ["psycopg", "engine-asyncpg"], indirect=True)
+@pytest.mark.parametrize("fleet", ["psycopg", "engine-asyncpg", "asyncpg"], indirect=True)
 def test_a_block_that_outlives_its_lease_is_lease_lost_and_both_sides_roll_back(fleet):
     """PostgreSQL ends a leased writer's transaction left idle for lease_s (a frozen process must not hold the
     id's row): the block is LeaseLostError (retriable), nothing of it committed, and the pool serves on. asyncpg
@@ -180,22 +182,25 @@ def test_the_pool_refuses_another_event_loop_before_it_touches_a_connection(flee
     assert fleet.db_ids() == fleet.kafka_ids() == [1, 3, 4, 5, 6, 7]
 
 
-@pytest.mark.parametrize("fleet", ["engine-asyncpg"], indirect=True)
+@pytest.mark.parametrize("fleet", ["engine-asyncpg", "asyncpg"], indirect=True)
 def test_an_application_commit_inside_the_block_then_a_lost_connection_is_never_retriable(fleet):
     """helper-48's finding for the blocking pool, on SQLAlchemy's AsyncConnection: the application commits inside
     the block, then the connection is lost. The rows stay committed without their event, so the request must not be
     told "retry" (DatabaseConnectionLostError): a retry would write the order twice. SQLAlchemy knows in memory
-    that the writer's transaction ended: DualWriteUsageError."""
+    that the writer's transaction ended, asyncpg keeps the server's last word on it: DualWriteUsageError."""
     from kafka2pc.dualwrite import DualWriteUsageError  # noqa: PLC0415
 
     async def scenario() -> BaseException:
         async with fleet.pool(size=1) as pool:
             with pytest.raises(Exception) as raised:
                 async with pool.transaction() as tx:
-                    backend = (await tx.connection.exec_driver_sql("SELECT pg_backend_pid()")).scalar()
+                    bare = fleet.kind == "asyncpg"
+                    backend = await tx.connection.fetchval("SELECT pg_backend_pid()") if bare else \
+                        (await tx.connection.exec_driver_sql("SELECT pg_backend_pid()")).scalar()
                     await insert(tx, 1)
                     tx.produce("t", value=b"1", key=b"1", partition=0)
-                    await tx.connection.commit()  # the misuse: the order is committed here, without its event
+                    # the misuse: the order is committed here, without its event
+                    await (tx.connection.execute("COMMIT") if bare else tx.connection.commit())
                     with psycopg.connect(fleet.dsn, autocommit=True) as admin:
                         admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
             return raised.value

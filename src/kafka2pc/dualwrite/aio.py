@@ -1,10 +1,11 @@
 """AsyncDualWriter: the dual-write protocol's asyncio edge (docs/dual-write-async.md).
 
 The same steps as DualWriter's (:mod:`kafka2pc.dualwrite.protocol`), driven with ``await`` by
-:class:`~kafka2pc.dualwrite.aio_edge.AsyncEdge`: the database through psycopg's ``AsyncConnection`` or SQLAlchemy's
-(:mod:`kafka2pc.dualwrite.aio_sqlalchemy`) on the event loop, Kafka's blocking calls on the writer's own thread
-(one at a time, so its producer is never used by two threads). ``tx.produce`` keeps copies of the records until the
-block ends; they are produced and prepared in one hand-off."""
+:class:`~kafka2pc.dualwrite.aio_edge.AsyncEdge`: the database through psycopg's ``AsyncConnection``, asyncpg's
+(:mod:`kafka2pc.dualwrite.aio_asyncpg`) or SQLAlchemy's (:mod:`kafka2pc.dualwrite.aio_sqlalchemy`) on the event
+loop, Kafka's blocking calls on the writer's own thread (one at a time, so its producer is never used by two
+threads). ``tx.produce`` keeps copies of the records until the block ends; they are produced and prepared in one
+hand-off."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kafka2pc.dualwrite.actions import Steps
+from kafka2pc.dualwrite.aio_asyncpg import AsyncpgEdge, AsyncpgFacts, is_asyncpg
 from kafka2pc.dualwrite.aio_edge import AsyncEdge
 from kafka2pc.dualwrite.aio_sqlalchemy import SqlAlchemyAsyncEdge, SqlAlchemyAsyncFacts, async_sqlalchemy_kind
 from kafka2pc.dualwrite.connection import DbapiConnection
@@ -77,8 +79,9 @@ class AsyncDualWriteTransaction:
 
 
 class AsyncDualWriter:
-    """Commits the transaction of a psycopg ``AsyncConnection``, or of SQLAlchemy's ``AsyncConnection`` or
-    ``AsyncEngine`` (asyncpg or psycopg; the writer checks one connection out of an engine for its lifetime), and a
+    """Commits the transaction of a psycopg ``AsyncConnection``, an asyncpg connection, or SQLAlchemy's
+    ``AsyncConnection`` or ``AsyncEngine`` (asyncpg or psycopg; the writer checks one connection out of an engine
+    for its lifetime), and a
     Kafka transaction atomically, under one transactional id: DualWriter's protocol, state table and recovery, with
     ``await``.
 
@@ -93,11 +96,11 @@ class AsyncDualWriter:
         self._lease, self._lease_s = lease, lease_s
         psycopg = sys.modules.get("psycopg")
         self._kind = "psycopg" if psycopg is not None and isinstance(connection, psycopg.AsyncConnection) else \
-            async_sqlalchemy_kind(connection)
+            "asyncpg" if is_asyncpg(connection) else async_sqlalchemy_kind(connection)
         if self._kind is None:
-            raise ConfigError("connection", f"{type(connection).__name__} is not a psycopg AsyncConnection, nor "
-                                            "SQLAlchemy's AsyncConnection or AsyncEngine (DualWriter takes DB-API and "
-                                            "SQLAlchemy's blocking connections)")
+            raise ConfigError("connection", f"{type(connection).__name__} is not a psycopg AsyncConnection, an "
+                                            "asyncpg connection, nor SQLAlchemy's AsyncConnection or AsyncEngine "
+                                            "(DualWriter takes DB-API and SQLAlchemy's blocking connections)")
         state_table_ddl(state_table)  # a bad name is a ConfigError now, not at first use
         self._given, self._state_table, self._create_state_table = connection, state_table, create_state_table
         # settings checked now; the cluster client (which connects) is made on the Kafka thread at first use, as is
@@ -274,11 +277,14 @@ async def run_async(edge: AsyncEdge, steps: Steps[T]) -> T:
 
 
 def async_database(connection: Any, kafka: ThreadPoolExecutor | None) -> tuple[DbapiConnection, AsyncEdge]:
-    """What the protocol reads of an async connection (psycopg's, or SQLAlchemy's AsyncConnection), and the edge
-    that carries its steps out on it (Kafka's calls on ``kafka``)."""
+    """What the protocol reads of an async connection (psycopg's, asyncpg's, or SQLAlchemy's AsyncConnection), and
+    the edge that carries its steps out on it (Kafka's calls on ``kafka``)."""
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(connection, psycopg.AsyncConnection):
         return DbapiConnection(connection), AsyncEdge(connection, kafka)
+    if is_asyncpg(connection):
+        told = AsyncpgFacts(connection)
+        return told, AsyncpgEdge(connection, kafka, told)
     facts, edge = SqlAlchemyAsyncFacts(connection), SqlAlchemyAsyncEdge(connection, kafka)
     edge.facts = facts
     return facts, edge

@@ -30,8 +30,8 @@ class AsyncDualWriterPool:
     process of a fleet (uvicorn or gunicorn workers) can be given the same configuration.
 
     ``connect`` is a SQLAlchemy ``AsyncEngine`` (each writer checks one connection out for as long as it holds
-    its id; the keeper one more), or a callable returning a psycopg ``AsyncConnection`` or SQLAlchemy
-    ``AsyncConnection``, or an awaitable of one (``functools.partial(psycopg.AsyncConnection.connect, dsn)``).
+    its id; the keeper one more), or a callable returning a psycopg ``AsyncConnection``, an asyncpg connection or
+    SQLAlchemy's ``AsyncConnection``, or an awaitable of one (``functools.partial(asyncpg.connect, dsn)``).
     The other arguments are DualWriterPool's. Start it with ``await pool.start()`` or ``async with pool:``
     (FastAPI's lifespan); ``transaction()`` starts it too. Close it with ``await pool.close()``: it gives the ids
     back. A process killed without closing leaves its leases to expire after ``lease_s``: the fleet's live pools
