@@ -6,8 +6,10 @@ requests (tasks):
   connection per task);
 - confluent-kafka, Kafka only: a transactional producer per task, begin/produce/commit run in a thread
   (``asyncio.to_thread``: its calls block), the plain Kafka transaction an asyncio service would make;
-- async dual write: an AsyncDualWriter per task (ids ``<prefix>-0..n-1``, one connection of the engine each:
-  there is no asyncio pool yet), INSERT the order and produce its event in one block.
+- async dual write: an AsyncDualWriter per task (ids ``<prefix>-0..n-1``, one connection of the engine each),
+  INSERT the order and produce its event in one block; then the same through an AsyncDualWriterPool;
+- the same on asyncpg without SQLAlchemy: asyncpg's DB-only transaction (``async with connection.transaction()``),
+  and an AsyncDualWriter per task on a bare asyncpg connection each.
 
 Each figure: ``transactions`` spread over the tasks, timed from a common start to the last task's end, best of
 ``rounds`` after a warm-up round; p50/p99 over every transaction of the counted rounds; this process's CPU per
@@ -162,6 +164,7 @@ async def run_asyncio(url: str, schema: str, bootstrap: str, topic: str, *, conc
         await asyncio.gather(*(writer.close() for writer in writers))
         await writer_engine.dispose()
         await run_pool(url, schema, bootstrap, tasks, report=report, dual_write=dual_write)
+        await run_bare_asyncpg(url, schema, bootstrap, topic, tasks, report=report, event=event)
         ours = results[f"AsyncDualWriter (dual write) x{tasks}"]
         for peer in ("async SQLAlchemy, DB only", "confluent-kafka, Kafka only"):
             theirs = results[f"{peer} x{tasks}"]
@@ -183,3 +186,36 @@ async def run_pool(url: str, schema: str, bootstrap: str, tasks: int, *, report:
                                    size=tasks, min_size=tasks) as pool:
         await report(f"AsyncDualWriterPool (size {tasks})", tasks, [dual_write(pool)] * tasks)
     await engine.dispose()
+
+
+async def run_bare_asyncpg(url: str, schema: str, bootstrap: str, topic: str, tasks: int, *, report: Any,
+                           event: bytes) -> None:
+    """asyncpg without SQLAlchemy: its DB-only transaction, then an AsyncDualWriter per task on a connection each."""
+    import asyncpg  # noqa: PLC0415
+
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+    insert = "INSERT INTO orders (id, amount) VALUES ($1, 1)"
+    connections = [await asyncpg.connect(dsn, server_settings={"search_path": schema}) for _ in range(tasks)]
+
+    def db_only(connection: Any) -> AsyncTransaction:
+        async def transaction(order: int) -> None:
+            async with connection.transaction():
+                await connection.execute(insert, order)
+        return transaction
+
+    await report("asyncpg, DB only", tasks, [db_only(connection) for connection in connections])
+    prefix = f"apg-{uuid.uuid4().hex[:6]}"
+    writers = [AsyncDualWriter(connection, {"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-{n}"})
+               for n, connection in enumerate(connections)]
+    await asyncio.gather(*(writer.recover() for writer in writers))
+
+    def dual_write(writer: AsyncDualWriter) -> AsyncTransaction:
+        async def transaction(order: int) -> None:
+            async with writer.transaction() as tx:
+                await tx.connection.execute(insert, order)
+                tx.produce(topic, value=event, key=str(order).encode())
+        return transaction
+
+    await report("AsyncDualWriter (bare asyncpg)", tasks, [dual_write(writer) for writer in writers])
+    await asyncio.gather(*(writer.close() for writer in writers))
+    await asyncio.gather(*(connection.close() for connection in connections))

@@ -90,6 +90,21 @@ def _try_begin_locked(writer: StateTable, transactional_id: str) -> tuple[BaseEx
         return exc, time.monotonic() - started
 
 
+def _held_before_commit(url: str, stepper: Stepper, holder: LeaseTable, transactional_id: str,  # noqa: F811
+                        token: str) -> tuple[Any, BaseException | None, float, set[str]]:
+    """Run the claim up to its COMMIT (not run); meanwhile the holder of ``transactional_id`` begins a block and
+    renews its lease; then the claim ends. Its outcome, the block's failure and wait, the ids renewed."""
+    stepper.until(lambda a: isinstance(a, Commit), run_it=False)
+    writer = _writer(url)
+    try:
+        failure, took = _try_begin_locked(writer, transactional_id)
+        renewed = holder.renew({transactional_id: token}, 30)
+    finally:
+        outcome = stepper.finish(stepper.pending)
+        writer.connection.given.close()
+    return outcome, failure, took, renewed
+
+
 @pytest.mark.parametrize("max_ids", [3, None])
 def test_a_candidate_leased_after_the_read_is_not_kept_locked(url: str, max_ids: int | None) -> None:  # noqa: F811
     """The late claim reads shop-1 as a candidate; another claim leases shop-1 and commits; the late claim's key
@@ -108,14 +123,7 @@ def test_a_candidate_leased_after_the_read_is_not_kept_locked(url: str, max_ids:
     got = first.claim("first", "first", 30, max_ids=max_ids)
     assert got is not None and got.transactional_id == "shop-1"
     # the key-lock SELECT of shop-1 (rejected), then on to the COMMIT, not run
-    stepper.until(lambda a: isinstance(a, Commit), run_it=False)
-    writer = _writer(url)
-    try:
-        failure, took = _try_begin_locked(writer, "shop-1")
-        renewed = first.renew({"shop-1": "first"}, 30)
-    finally:
-        outcome = stepper.finish(stepper.pending)
-        writer.connection.given.close()
+    outcome, failure, took, renewed = _held_before_commit(url, stepper, first, "shop-1", "first")
     assert (outcome is None) if max_ids == 3 else (outcome.transactional_id == "shop-3"), outcome
     assert failure is None and renewed == {"shop-1"}, (
         f"while a claim that rejected shop-1 was open, shop-1's holder could not begin its block ({took:.1f} s): "
@@ -182,14 +190,7 @@ def test_a_claim_inserting_past_a_case_variant_id_does_not_block_its_writer(url:
     assert upper.claim("u0", "u", 30, max_ids=None).transactional_id == "SHOP-1"  # type: ignore[union-attr]
     grower = leases(url, "shop")
     stepper = Stepper(grower, grower.statements.claim("g", "g", 30, max_ids=None))
-    stepper.until(lambda a: isinstance(a, Commit), run_it=False)
-    writer = _writer(url)
-    try:
-        failure, took = _try_begin_locked(writer, "SHOP-1")
-        renewed = upper.renew({"SHOP-1": "u0"}, 30)
-    finally:
-        outcome = stepper.finish(stepper.pending)
-        writer.connection.given.close()
+    outcome, failure, took, renewed = _held_before_commit(url, stepper, upper, "SHOP-1", "u0")
     assert outcome.transactional_id == "shop-2"
     assert failure is None and renewed == {"SHOP-1"}, (
         f"while fleet shop's claim of a new id was open, SHOP-1's writer: {failure!r} ({took:.1f} s); its renewal: "
