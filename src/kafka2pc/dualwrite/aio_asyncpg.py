@@ -6,6 +6,8 @@ started and ended by the writer, so inside the block ``async with tx.connection.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -42,7 +44,8 @@ class AsyncpgFacts(DbapiConnection):
         return bool(self.given.is_closed())
 
     def in_transaction(self) -> bool:
-        return bool(self.given.is_in_transaction())
+        # asyncpg keeps the last status of a lost connection: a lost connection is not one to refuse as "open"
+        return not self.given.is_closed() and bool(self.given.is_in_transaction())
 
     def ended_inside(self) -> bool:
         """The server said the writer's transaction was over (the application's COMMIT or ROLLBACK inside the
@@ -75,18 +78,55 @@ class AsyncpgEdge(AsyncEdge):
         if isinstance(action, Begin):
             if self._transaction is None and not connection.is_in_transaction():
                 self._transaction = connection.transaction()
-                await self._transaction.start()
+                await _to_its_end(self._transaction.start())
                 self.facts.began = True
             return None
         if isinstance(action, Commit | Rollback):
             transaction, self._transaction = self._transaction, None
             self.facts.began = False
-            if transaction is None:  # a transaction the writer did not start (nothing of the writer's is in it)
-                if not connection.is_closed() and connection.is_in_transaction():
-                    await connection.execute("COMMIT" if isinstance(action, Commit) else "ROLLBACK")
-                return None
-            return await (transaction.commit() if isinstance(action, Commit) else transaction.rollback())
+            if transaction is not None:
+                try:
+                    return await (transaction.commit() if isinstance(action, Commit) else transaction.rollback())
+                except _asyncpg_interface_error() as exc:
+                    # asyncpg refused: the Transaction never started (its BEGIN failed) yet stays the connection's
+                    # outer one, and would turn every later BEGIN into a SAVEPOINT. Forgotten; the server's
+                    # transaction, if any, rolled back (never committed: nothing of the writer's can be in it)
+                    _forget_outer(connection, transaction)
+                    if isinstance(action, Commit):
+                        raise exc
+            # a transaction the writer did not start, or one asyncpg gave up on
+            if not connection.is_closed() and connection.is_in_transaction():
+                await connection.execute("COMMIT" if isinstance(action, Commit) else "ROLLBACK")
+            return None
         raise TypeError(f"{action!r} is not an action to perform")
+
+
+async def _to_its_end(operation: Any) -> None:
+    """Await ``operation`` to its end even when the task is cancelled meanwhile, then raise the cancel: a BEGIN
+    cancelled on the wire would leave asyncpg's Transaction failed, and the server in a transaction."""
+    running = asyncio.ensure_future(operation)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        if running.cancelled():
+            raise
+        while not running.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([running])
+        running.exception()  # its own failure, if any, goes with the cancel (retrieved: never logged as lost)
+        raise
+
+
+def _asyncpg_interface_error() -> type[Exception]:
+    return sys.modules["asyncpg"].InterfaceError  # type: ignore[no-any-return]
+
+
+def _forget_outer(connection: Any, transaction: Any) -> None:
+    """Unregister a Transaction asyncpg keeps as the connection's outer one (its private ``_top_xact``; the
+    underlying connection's for a pool's proxy)."""
+    underlying = getattr(connection, "_con", None) or connection
+    if getattr(underlying, "_top_xact", None) is transaction:
+        underlying._top_xact = None
 
 
 async def _run(connection: Any, action: Sql) -> Any:

@@ -81,8 +81,8 @@ class LeaseStatements:
             yield Sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if write:
                 yield from self.table.limit_idle(int(self.lease_s * 1000))
-        yield Begin()
         try:
+            yield Begin()  # inside: a cancel delivered at it still rolls back what it began
             if write and self.table.sqlite and not self.table.connection.implicit_transactions:
                 yield Sql("BEGIN IMMEDIATE")  # the write lock before the first read, as StateTable's
             if write and not self.table.sqlite and not self.table.mysql:  # rows it locks are freed if its process

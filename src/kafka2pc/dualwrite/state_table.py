@@ -210,8 +210,8 @@ class StateTable:
         return name in (yield from self._column_names())
 
     def _column_names(self) -> Steps[set[str]]:
-        yield Begin()
-        try:
+        try:  # the Begin inside: a cancel delivered at it still rolls back what it began
+            yield Begin()
             return set((yield Sql(f"SELECT * FROM {self.table} WHERE 1 = 0", fetch=Fetch.COLUMNS)))
         finally:
             yield Rollback()
@@ -225,8 +225,8 @@ class StateTable:
         return f"{_COLUMNS}, lease_owner" if self.leasing else _COLUMNS
 
     def _exists(self) -> Steps[bool]:
-        yield Begin()
         try:
+            yield Begin()
             if self.sqlite:
                 row = yield Sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,),
                                 Fetch.ONE)
@@ -402,8 +402,8 @@ class StateTable:
 
     def read(self, transactional_id: str) -> Steps[StoredState | None]:
         """The row, read in a transaction of its own (ended here)."""
-        yield Begin()
         try:
+            yield Begin()
             row = yield Sql(self.sql(f"SELECT {self._columns} FROM {self.table} WHERE transactional_id = ?"),
                             (transactional_id,), Fetch.ONE)
         finally:
