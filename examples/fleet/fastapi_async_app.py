@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from kafka2pc.dualwrite import (
@@ -112,16 +112,11 @@ async def create_order(order: Order, request: Request, response: Response) -> di
         raise HTTPException(503, {**answer, "status": "busy"}, headers={"Retry-After": "1"}) from None
     except LeaseLostError:  # the block outlived lease_s (Kafka slow or away, a slow call): both rolled back
         raise HTTPException(503, {**answer, "status": "too slow"}, headers={"Retry-After": "1"}) from None
-    except RetriableError as exc:  # Kafka unreachable (a pool not started yet starts at the next request)
+    except RetriableError as exc:  # Kafka unreachable (a pool not started yet starts at the next request), or
+        # DatabaseConnectionLostError: the database connection lost before the commit (on asyncpg also a block that
+        # outlived lease_s), nothing committed, the pool replaced the connection
         raise HTTPException(503, {**answer, "status": f"unavailable: {type(exc).__name__}"},
                             headers={"Retry-After": "5"}) from None
-    except DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-        # the database connection was lost before the commit (asyncpg also reports a block that outlived lease_s
-        # so): nothing committed, the pool replaced the connection
-        raise HTTPException(503, {**answer, "status": "database connection lost"},
-                            headers={"Retry-After": "1"}) from None
     return {**answer, "status": "created"}
 
 

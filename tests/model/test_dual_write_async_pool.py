@@ -22,13 +22,26 @@ psycopg = pytest.importorskip("psycopg")
 class Fleet(Setup):
     """Setup's schema and coordinator model, with pools of prefix ``shop`` on it."""
 
-    def pool(self, size: int, **options: Any) -> AsyncDualWriterPool:
+    def pool(self, size: int, *, refusing: list[bool] | None = None, **options: Any) -> AsyncDualWriterPool:
+        """A pool of prefix ``shop``; while ``refusing[0]``, its new connections are refused (the database away)."""
+        if refusing is not None:
+            return self._refusing_pool(size, refusing, **options)
         if self.kind == "psycopg":
             connect: Any = functools.partial(psycopg.AsyncConnection.connect, self.dsn)
         elif self.kind == "asyncpg":
             connect = self.connect
         else:
             connect = self.engine()
+        return AsyncDualWriterPool(connect, {"bootstrap.servers": "model:9092", "transactional.id": "shop",
+                                             "linger.ms": 0}, size=size, transport_for=lambda _: self.transport,
+                                   **options)
+
+    def _refusing_pool(self, size: int, refusing: list[bool], **options: Any) -> AsyncDualWriterPool:
+        async def connect() -> Any:
+            if refusing[0]:
+                raise ConnectionRefusedError(111, "Connect call failed")
+            return await (psycopg.AsyncConnection.connect(self.dsn) if self.kind == "psycopg" else self.connect())
+
         return AsyncDualWriterPool(connect, {"bootstrap.servers": "model:9092", "transactional.id": "shop",
                                              "linger.ms": 0}, size=size, transport_for=lambda _: self.transport,
                                    **options)
@@ -210,3 +223,37 @@ def test_an_application_commit_inside_the_block_then_a_lost_connection_is_never_
     assert not isinstance(error, RetriableError), repr(error)
     assert isinstance(error, DualWriteUsageError), repr(error)
     assert fleet.db_ids() == [1] and fleet.kafka_ids() == []  # the split the misuse made, reported as such
+
+
+def backend_pid(connection: Any) -> int:
+    return int(connection.get_server_pid() if hasattr(connection, "get_server_pid") else connection.info.backend_pid)
+
+
+@pytest.mark.parametrize("fleet", ["psycopg", "asyncpg"], indirect=True)
+def test_a_connection_dropped_between_requests_is_replaced_and_the_request_goes_on(fleet):
+    """Found by a user-level review: a writer's idle connection ended by the server (a restart, a failover, a
+    proxy's timeout) made the next request fail with the driver's error (InterfaceError 'connection is closed',
+    AdminShutdown), not retriable, though nothing of it had begun. Now the pool replaces the connection and the
+    request goes on; while no new connection can be made, DatabaseConnectionLostError (retriable)."""
+    refusing = [False]
+
+    def drop(pool: AsyncDualWriterPool) -> None:
+        (writer,) = pool._set.writers.values()
+        with psycopg.connect(fleet.dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend_pid(writer.connection),))
+
+    async def scenario() -> None:
+        async with fleet.pool(size=1, refusing=refusing) as pool:
+            await order(pool, 1)
+            drop(pool)
+            await order(pool, 2)
+            drop(pool)
+            refusing[0] = True
+            with pytest.raises(DatabaseConnectionLostError, match="before the block began"):
+                await order(pool, 3)
+            refusing[0] = False
+            await order(pool, 4)
+
+    asyncio.run(scenario())
+    assert fleet.db_ids() == fleet.kafka_ids() == [1, 2, 4]
+    assert fleet.model.open_transactions() == []

@@ -23,7 +23,7 @@ from kafka2pc.dualwrite import (
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
-from kafka2pc.errors import ConfigError, UsageError
+from kafka2pc.errors import ConfigError, DatabaseConnectionLostError, UsageError
 
 from .coordinator import CoordinatorModel, Faults, ModelTransport
 from .test_dual_write import connect, db_ids
@@ -137,6 +137,46 @@ def test_a_writer_whose_connection_broke_at_commit_is_replaced_and_its_transacti
     order(pool, 3)  # its writer recovers first: order 2's prepared transaction is aborted (the DB has no order 2)
     pool.close()
     assert db_ids(path) == cluster.kafka_ids() == [1, 3]
+    assert cluster.model.open_transactions() == []
+
+
+class DropsWhileIdle(sqlite3.Connection):
+    """Dropped by the server between two requests (a restart, a proxy's idle timeout): known closed once used."""
+
+    drop_next = False
+    closed = False
+
+    def cursor(self, *args, **kwargs):
+        if DropsWhileIdle.drop_next or self.closed:
+            DropsWhileIdle.drop_next = False
+            self.closed = True
+            raise sqlite3.OperationalError("server closed the connection unexpectedly")
+        return super().cursor(*args, **kwargs)
+
+
+def test_a_connection_dropped_between_requests_is_replaced_and_the_request_goes_on(tmp_path):
+    """Found by a user-level review: the next request got the driver's error (not retriable), though nothing of it
+    had begun. Now the pool replaces the connection and the request goes on; when no new connection can be made,
+    DatabaseConnectionLostError (retriable), and the request after the database is back goes on."""
+    cluster, path = Cluster(), tmp_path / "a.db"
+    refusing = [False]
+
+    def make_connection() -> sqlite3.Connection:
+        if refusing[0]:
+            raise sqlite3.OperationalError("connection refused")
+        return pconnect(path, DropsWhileIdle)
+
+    pool = cluster.pool(make_connection, size=1)
+    order(pool, 1)
+    DropsWhileIdle.drop_next = True
+    order(pool, 2)
+    DropsWhileIdle.drop_next, refusing[0] = True, True
+    with pytest.raises(DatabaseConnectionLostError, match="before the block began"):
+        order(pool, 3)
+    refusing[0] = False
+    order(pool, 4)
+    pool.close()
+    assert db_ids(path) == cluster.kafka_ids() == [1, 2, 4]
     assert cluster.model.open_transactions() == []
 
 

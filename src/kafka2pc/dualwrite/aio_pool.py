@@ -141,7 +141,10 @@ class AsyncDualWriterPool:
                     await self._set.drop(writer, exc)
                     writer = None
                 elif fate.replace:
-                    writer = await self._set.replace(writer)
+                    replaced = await self._set.replace(writer)
+                    if fate.retry and replaced is writer:  # the database is still away
+                        raise connection_lost_error(writer_id, exc, started=False) from exc
+                    writer = replaced
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
                 if fate.connection_lost:
@@ -211,5 +214,6 @@ def _connector(connect: Callable[[], Any] | Any) -> Callable[[], Any]:
         return connect.connect  # type: ignore[no-any-return]
     if not callable(connect):
         raise ConfigError("connect", f"{type(connect).__name__} is neither a callable making an async connection "
-                                     "nor a SQLAlchemy AsyncEngine")
+                                     "nor a SQLAlchemy AsyncEngine: pass the function, not its call (for example "
+                                     "functools.partial(asyncpg.connect, dsn))")
     return connect

@@ -132,7 +132,10 @@ class DualWriterPool:
                     self._set.drop(writer, exc)
                     writer = None
                 elif fate.replace:
-                    writer = self._set.replace(writer)
+                    replaced = self._set.replace(writer)
+                    if fate.retry and replaced is writer:  # the database is still away
+                        raise connection_lost_error(writer_id, exc, started=False) from exc
+                    writer = replaced
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
                 if fate.connection_lost:

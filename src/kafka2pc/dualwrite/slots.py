@@ -167,7 +167,8 @@ class WriterSlots(Generic[W]):
 @attrs.frozen
 class Fate:
     """What a pool does with a writer whose block raised: ``drop`` it (fenced, or its id needs an operator) or
-    ``replace`` its connection; then ``retry`` the request on another writer (its block never began), raise
+    ``replace`` its connection; then ``retry`` the request (its block never began; on a connection that could not
+    be replaced, DatabaseConnectionLostError), raise
     LeaseLostError (``lease_lost``), or re-raise."""
 
     drop: bool = False
@@ -191,13 +192,22 @@ def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease
     # any other error of a started block that came with the connection failing was before the commit (the protocol
     # raises DualWriteOutcomeUnknownError for one at the commit): nothing committed, retriable
     # a DualWriteUsageError is the protocol's own verdict (the block may have committed by itself): never retriable
-    return Fate(replace=broken, lease_lost=broken and started and lost_lease,
+    # a connection lost before the block began (dropped while idle: a restart, a proxy's timeout): nothing of the
+    # request ran, so it goes on once the connection is replaced
+    return Fate(replace=broken, retry=broken and not started and not isinstance(exc, DualWriteUsageError),
+                lease_lost=broken and started and lost_lease,
                 connection_lost=broken and started and not lost_lease and not session_ended
                 and not isinstance(exc, DualWriteUsageError))
 
 
-def connection_lost_error(transactional_id: str, exc: Exception) -> DatabaseConnectionLostError:
-    """The error of a block whose database connection was lost before the commit."""
+def connection_lost_error(transactional_id: str, exc: Exception, *,
+                          started: bool = True) -> DatabaseConnectionLostError:
+    """The error of a block whose database connection was lost before the commit (``started``), or of a request
+    whose writer's connection was found lost before its block and could not be made again."""
+    if not started:
+        return DatabaseConnectionLostError(
+            f"{transactional_id!r}: the database connection was lost before the block began, and a new one could "
+            f"not be made; nothing was begun: retry ({type(exc).__name__}: {exc})")
     return DatabaseConnectionLostError(
         f"{transactional_id!r}: the database connection was lost inside the block, before the commit (a restart, "
         "a cut network, or the session ended for the lease's idle limit after a long wait in the block); the "
