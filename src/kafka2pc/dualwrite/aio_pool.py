@@ -123,6 +123,7 @@ class AsyncDualWriterPool:
         the request goes on with another; one that lost its lease while the block ran raises LeaseLostError
         (a RetriableError: both sides rolled back)."""
         await self.start()
+        reconnected = False
         for _ in range(self.size + 2):  # each round that lends no writer drops one
             writer: AsyncDualWriter | None = await self._set.lend()
             assert writer is not None
@@ -142,9 +143,11 @@ class AsyncDualWriterPool:
                     writer = None
                 elif fate.replace:
                     replaced = await self._set.replace(writer)
-                    if fate.retry and replaced is writer:  # the database is still away
+                    # one new connection per request: the database still away, or dropping new ones too
+                    gave_up = fate.retry and (replaced is writer or reconnected)
+                    writer, reconnected = replaced, reconnected or fate.retry
+                    if gave_up:
                         raise connection_lost_error(writer_id, exc, started=False) from exc
-                    writer = replaced
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
                 if fate.connection_lost:

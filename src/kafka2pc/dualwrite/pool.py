@@ -114,6 +114,7 @@ class DualWriterPool:
             raise UsageError(f"the pool was made in process {self._pid}, before a fork (gunicorn --preload, "
                              "multiprocessing): make the pool in each worker process, after the fork (gunicorn's "
                              "post_fork or post_worker_init hook, Celery's worker_process_init)")
+        reconnected = False
         for _ in range(self.size + 2):  # each round that lends no writer drops one
             writer: DualWriter | None = self._set.lend()
             assert writer is not None
@@ -133,9 +134,11 @@ class DualWriterPool:
                     writer = None
                 elif fate.replace:
                     replaced = self._set.replace(writer)
-                    if fate.retry and replaced is writer:  # the database is still away
+                    # one new connection per request: the database still away, or dropping new ones too
+                    gave_up = fate.retry and (replaced is writer or reconnected)
+                    writer, reconnected = replaced, reconnected or fate.retry
+                    if gave_up:
                         raise connection_lost_error(writer_id, exc, started=False) from exc
-                    writer = replaced
                 if fate.lease_lost:
                     raise lease_lost_error(writer_id, self.lease_s, exc) from exc
                 if fate.connection_lost:

@@ -203,11 +203,12 @@ def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease
 def connection_lost_error(transactional_id: str, exc: Exception, *,
                           started: bool = True) -> DatabaseConnectionLostError:
     """The error of a block whose database connection was lost before the commit (``started``), or of a request
-    whose writer's connection was found lost before its block and could not be made again."""
+    whose writer's connection was found lost before its block and could not be made again, or broke again."""
     if not started:
         return DatabaseConnectionLostError(
-            f"{transactional_id!r}: the database connection was lost before the block began, and a new one could "
-            f"not be made; nothing was begun: retry ({type(exc).__name__}: {exc})")
+            f"{transactional_id!r}: the database connection was lost before the block began, and the pool could not "
+            f"get a working one (a new connection failed, or broke too); nothing was begun: retry "
+            f"({type(exc).__name__}: {exc})")
     return DatabaseConnectionLostError(
         f"{transactional_id!r}: the database connection was lost inside the block, before the commit (a restart, "
         "a cut network, or the session ended for the lease's idle limit after a long wait in the block); the "
