@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -84,10 +85,11 @@ class ServiceProcess:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def stop_process(process: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM a server process this harness started, wait up to 30 s, then SIGKILL it (nothing if it has ended)."""
+def stop_process(process: subprocess.Popen[bytes] | None, stop: signal.Signals = signal.SIGTERM) -> None:
+    """Signal a server process this harness started (SIGTERM, or ``stop``), wait up to 30 s, then SIGKILL it
+    (nothing if it has ended)."""
     if process is not None and process.poll() is None:
-        process.terminate()
+        process.send_signal(stop)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
