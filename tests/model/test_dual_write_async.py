@@ -70,6 +70,11 @@ class Setup:
     def kafka_ids(self) -> list[int]:
         return sorted(int(v) for v in self.model.committed_records())
 
+    def check(self, ids: list[int]) -> None:
+        """DB ids == the committed Kafka keys == ``ids``, and no transaction left open."""
+        assert self.db_ids() == self.kafka_ids() == ids
+        assert self.model.open_transactions() == []
+
 
 async def insert(tx: Any, order_id: int) -> None:
     """The application's row, in the block: psycopg's execute, asyncpg's, or SQLAlchemy Core."""
@@ -120,8 +125,7 @@ def test_blocks_commit_both_or_roll_both_back(setup):
         await writer.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [1, 3]
-    assert setup.model.open_transactions() == []
+    setup.check([1, 3])
 
 
 def test_an_application_commit_inside_the_block_is_refused_or_a_usage_error(setup):
@@ -170,8 +174,7 @@ def test_an_unfinished_completion_is_committed_by_the_next_writer(setup):
         await successor.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [1, 2, 3]
-    assert setup.model.open_transactions() == []
+    setup.check([1, 2, 3])
 
 
 def slow(writer: AsyncDualWriter, method: str, seconds: float) -> None:
@@ -211,8 +214,7 @@ def test_a_cancel_before_the_commit_point_rolls_both_back(setup):
         await writer.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def test_a_cancel_after_the_commit_point_waits_for_the_end_and_then_is_raised(setup):
@@ -233,8 +235,7 @@ def test_a_cancel_after_the_commit_point_waits_for_the_end_and_then_is_raised(se
 
     writer = asyncio.run(scenario())
     assert not writer.unfinished
-    assert setup.db_ids() == setup.kafka_ids() == [1]
-    assert setup.model.open_transactions() == []
+    setup.check([1])
 
 
 def test_a_cancel_inside_the_block_rolls_both_back(setup):
@@ -255,8 +256,7 @@ def test_a_cancel_inside_the_block_rolls_both_back(setup):
         await writer.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def test_a_cancel_landing_as_the_protocol_reaches_the_block_rolls_both_back(setup):
@@ -285,8 +285,7 @@ def test_a_cancel_landing_as_the_protocol_reaches_the_block_rolls_both_back(setu
         await writer.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def test_kafka_calls_never_block_the_event_loop(setup):

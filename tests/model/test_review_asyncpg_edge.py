@@ -70,8 +70,7 @@ def test_a_cancel_during_the_writers_begin_leaves_the_writer_usable(setup):
         assert state == (False, None)
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def test_a_cancel_during_the_first_recoverys_begin_leaves_the_writer_usable(setup):
@@ -114,8 +113,7 @@ def test_a_cancel_while_waiting_for_the_row_lock_rolls_back_and_the_writer_goes_
         await writer.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def kill_at_commit(writer: AsyncDualWriter, setup: Setup) -> None:
@@ -152,8 +150,7 @@ def test_a_connection_lost_at_commit_is_outcome_unknown_and_recovery_settles_it(
         await successor.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
 
 
 def test_the_writer_after_a_connection_lost_at_commit_does_not_blame_the_application(setup):
@@ -304,5 +301,4 @@ def test_a_cancel_of_the_request_while_its_begin_is_on_the_wire_rolls_back_and_t
             await connection.close()
 
     asyncio.run(scenario())
-    assert setup.db_ids() == setup.kafka_ids() == [2]
-    assert setup.model.open_transactions() == []
+    setup.check([2])
