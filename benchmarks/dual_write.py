@@ -437,17 +437,10 @@ def run_django_section(dsn: str, bootstrap: str, *, writer_counts: list[int], tr
                        rounds: int) -> None:
     """On PostgreSQL through Django's connection (each thread its own, as request threads have): Django's own
     transaction.atomic() INSERT, confluent-kafka's transaction, and a DualWriterPool on django.db.connection."""
-    import django  # noqa: PLC0415
-    from django.conf import settings  # noqa: PLC0415
-    from django.db import connection, transaction  # noqa: PLC0415
-    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+    from kafka2pc_harness.postgres import configure_django  # noqa: PLC0415
 
-    parts = conninfo_to_dict(dsn)
-    settings.configure(DATABASES={"default": {
-        "ENGINE": "django.db.backends.postgresql", "NAME": parts.get("dbname", "postgres"),
-        "USER": parts.get("user", ""), "HOST": parts.get("host", "127.0.0.1"), "PORT": parts.get("port", "5432"),
-        "OPTIONS": {"options": parts["options"]} if "options" in parts else {}}}, USE_TZ=True)
-    django.setup()
+    configure_django(dsn)
+    from django.db import connection, transaction  # noqa: PLC0415
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount REAL)")
     topic = create_topic(bootstrap, partitions=8)

@@ -145,22 +145,10 @@ async def write_async(dsn: str, config: dict, topic: str, orders: range, *, kill
     await writer.close()
 
 
-def configure_django(dsn: str) -> None:
-    """Django's settings for the libpq connection string ``dsn`` (its search_path option kept)."""
-    import django  # noqa: PLC0415
-    from django.conf import settings  # noqa: PLC0415
-    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
-
-    parts = conninfo_to_dict(dsn)
-    settings.configure(DATABASES={"default": {
-        "ENGINE": "django.db.backends.postgresql", "NAME": parts.get("dbname", "postgres"),
-        "USER": parts.get("user", ""), "HOST": parts.get("host", "127.0.0.1"), "PORT": parts.get("port", "5432"),
-        "OPTIONS": {"options": parts["options"]} if "options" in parts else {}}}, USE_TZ=True)
-    django.setup()
-
-
 def write_django(dsn: str, config: dict, topic: str, orders: range, *, kill_at: int, mode: str) -> None:
     """The same order service on Django's connection and transaction management: the same kills."""
+    from kafka2pc_harness.postgres import configure_django  # noqa: PLC0415 - Django's jobs only
+
     configure_django(dsn)
     from django.db import connection  # noqa: PLC0415
 

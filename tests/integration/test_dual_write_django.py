@@ -26,7 +26,7 @@ def django_db(postgres_dsn) -> Database:
     """Django configured (once per process) on a schema of its own, with the orders table."""
     from django.conf import settings  # noqa: PLC0415
 
-    from .dual_write_job import configure_django  # noqa: PLC0415
+    from kafka2pc_harness.postgres import configure_django  # noqa: PLC0415
 
     db, _ = schema_database(postgres_dsn)
     create_orders(db)

@@ -122,3 +122,18 @@ def postgres_dsn() -> Iterator[str]:
         return
     with PostgresServer() as server:
         yield server.dsn
+
+
+def configure_django(dsn: str) -> None:
+    """Django's settings for the libpq connection string ``dsn`` (its ``options``, a search_path, kept), then
+    ``django.setup()``: once per process."""
+    import django  # noqa: PLC0415 - the tests and benchmarks that use Django only
+    from django.conf import settings  # noqa: PLC0415
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    parts = conninfo_to_dict(dsn)
+    settings.configure(DATABASES={"default": {
+        "ENGINE": "django.db.backends.postgresql", "NAME": parts.get("dbname", "postgres"),
+        "USER": parts.get("user", ""), "HOST": parts.get("host", "127.0.0.1"), "PORT": parts.get("port", "5432"),
+        "OPTIONS": {"options": parts["options"]} if "options" in parts else {}}}, USE_TZ=True)
+    django.setup()
