@@ -17,7 +17,7 @@ from kafka2pc.dualwrite.aio import AsyncDualWriter, AsyncDualWriteTransaction, L
 from kafka2pc.dualwrite.aio_keeper import AsyncLeaseKeeper
 from kafka2pc.dualwrite.aio_pool_writers import AsyncPoolWriters
 from kafka2pc.dualwrite.pool_writers import connection_broken
-from kafka2pc.dualwrite.slots import after_block_error, connection_lost_error, lease_lost_error, pool_prefix
+from kafka2pc.dualwrite.slots import after_block_error, pool_prefix
 from kafka2pc.dualwrite.state_table import StateTable
 from kafka2pc.dualwrite.writer_parts import ClusterTransport
 from kafka2pc.errors import ConfigError, DualWriteRecoveryError, PoolTimeoutError, ProducerFencedError, UsageError
@@ -138,6 +138,7 @@ class AsyncDualWriterPool:
                 fate = after_block_error(exc, started=started, broken=connection_broken(writer, exc),
                                          lost_lease=writer.ended_by_lease_limit(exc),
                                          session_ended=StateTable.session_ended(exc))
+                gave_up = False
                 if fate.drop:
                     await self._set.drop(writer, exc)
                     writer = None
@@ -146,12 +147,9 @@ class AsyncDualWriterPool:
                     # one new connection per request: the database still away, or dropping new ones too
                     gave_up = fate.retry and (replaced is writer or reconnected)
                     writer, reconnected = replaced, reconnected or fate.retry
-                    if gave_up:
-                        raise connection_lost_error(writer_id, exc, started=False) from exc
-                if fate.lease_lost:
-                    raise lease_lost_error(writer_id, self.lease_s, exc) from exc
-                if fate.connection_lost:
-                    raise connection_lost_error(writer_id, exc) from exc
+                error = fate.error(writer_id, self.lease_s, exc, gave_up=gave_up)
+                if error is not None:
+                    raise error from exc
                 if not fate.retry:
                     raise
             finally:

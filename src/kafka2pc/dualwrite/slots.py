@@ -177,6 +177,15 @@ class Fate:
     lease_lost: bool = False
     connection_lost: bool = False
 
+    def error(self, transactional_id: str, lease_s: float, exc: Exception, *, gave_up: bool) -> Exception | None:
+        """What the pool raises from ``exc``: LeaseLostError, DatabaseConnectionLostError (also when it ``gave_up``
+        reconnecting a writer before its block); None when it re-raises ``exc`` or retries."""
+        if self.lease_lost:
+            return lease_lost_error(transactional_id, lease_s, exc)
+        if self.connection_lost or gave_up:
+            return connection_lost_error(transactional_id, exc, started=not gave_up)
+        return None
+
 
 def after_block_error(exc: Exception, *, started: bool, broken: bool, lost_lease: bool,
                       session_ended: bool = False) -> Fate:
