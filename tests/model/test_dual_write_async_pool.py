@@ -75,6 +75,17 @@ async def order(pool: AsyncDualWriterPool, order_id: int, *, during: Any = None)
             await during()
 
 
+async def incomplete_order(fleet: Fleet, pool: AsyncDualWriterPool, order_id: int) -> None:
+    """An order whose Kafka completion is lost after the DB commit: DualWriteIncompleteError, its writer left
+    unfinished."""
+    async def lose_the_completion() -> None:
+        fleet.transport.faults.dropped_requests.extend([True] * 5)
+
+    with pytest.raises(DualWriteIncompleteError):
+        await order(pool, order_id, during=lose_the_completion)
+    fleet.transport.faults.dropped_requests.clear()
+
+
 # asyncpg in make chaos but for its own case (the suite's time budget; the uvicorn test runs the recipe on asyncpg)
 @pytest.fixture(params=["psycopg", "asyncpg", pytest.param("engine-asyncpg", marks=pytest.mark.slow)])
 def fleet(postgres_dsn: str, request) -> Fleet:
@@ -107,13 +118,7 @@ def test_a_dead_pools_unfinished_transaction_is_settled_by_a_live_pool(fleet):
         dead = fleet.pool(size=1)
         await dead.start()
         await order(dead, 1)
-
-        async def lose_the_completion() -> None:
-            fleet.transport.faults.dropped_requests.extend([True] * 5)
-
-        with pytest.raises(DualWriteIncompleteError):
-            await order(dead, 2, during=lose_the_completion)
-        fleet.transport.faults.dropped_requests.clear()
+        await incomplete_order(fleet, dead, 2)
         assert dead._keeper is not None
         await dead._keeper.stop()  # the process is gone: nothing renews, settles or closes
         assert len(fleet.model.open_transactions()) == 1
