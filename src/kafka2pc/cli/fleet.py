@@ -18,7 +18,7 @@ from kafka2pc.config import ClientConfig
 from kafka2pc.dualwrite.connection import adapt
 from kafka2pc.dualwrite.leases import FleetRow, LeaseTable
 from kafka2pc.dualwrite.state_table import StateTable
-from kafka2pc.errors import CommandRefusedError, ConfigError
+from kafka2pc.errors import CommandRefusedError, ConfigError, DatabaseConnectionLostError, Kafka2pcError
 from kafka2pc.transaction_control import OPEN_STATES, TransactionControl
 
 _COLUMNS = ("transactional_id", "status", "holder", "heartbeat_age_s", "lease_left_s", "last_transaction")
@@ -42,7 +42,17 @@ def add_fleet_command(commands: Any) -> None:
 
 
 def connect(dsn: str) -> Any:
-    """A DB-API connection to ``dsn``."""
+    """A DB-API connection to ``dsn``; a database that cannot be reached is DatabaseConnectionLostError (the
+    driver's message, which names the host and port, never the password)."""
+    try:
+        return _connect(dsn)
+    except Kafka2pcError:
+        raise
+    except Exception as exc:
+        raise DatabaseConnectionLostError(f"--db: cannot connect ({type(exc).__name__}: {exc})") from exc
+
+
+def _connect(dsn: str) -> Any:
     if dsn.startswith("sqlite:"):
         return sqlite3.connect(dsn.removeprefix("sqlite:").removeprefix("//"), timeout=30, check_same_thread=False)
     if dsn.startswith(("mysql://", "mariadb://")):

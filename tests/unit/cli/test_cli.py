@@ -66,3 +66,14 @@ def test_version_prints_the_package_version(capsys):
         build_parser().parse_args(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"kafka2pc {kafka2pc.__version__}"
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://app:Pw-7q9Zsecret@127.0.0.1:1/shop",
+                                 "mysql://app:Pw-7q9Zsecret@127.0.0.1:1/shop"])
+def test_an_unreachable_fleet_database_is_a_clean_error_without_the_password(capsys, dsn):
+    """It was the driver's traceback (psycopg.OperationalError), found by a DEBUG run of the new code."""
+    pytest.importorskip("psycopg" if dsn.startswith("postgresql") else "pymysql")
+    assert main(["fleet", "--db", dsn, "--prefix", "shop"]) == 1
+    err = capsys.readouterr().err
+    assert "kafka2pc fleet: error: --db: cannot connect" in err and "Traceback" not in err
+    assert "127.0.0.1" in err and "Pw-7q9Zsecret" not in err
